@@ -1,0 +1,3 @@
+"""relaykit: A2A 1.0 agent servers and clients."""
+
+__all__: list[str] = []

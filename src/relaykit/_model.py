@@ -1,0 +1,147 @@
+"""The ProtoJSON base model and the wire field types every A2A object is built from.
+
+Encoding rules (A2A 1.0 digest §2), enforced here once for every model:
+
+* Output names are lowerCamelCase; input accepts camelCase and snake_case.
+* Fields with implicit presence carry their proto default as the Python default (``""``, ``False``, ``[]``) and are
+  left out of the output while they hold it. Presence-tracked fields (proto ``optional``) default to ``None`` and are
+  emitted whenever set, so ``historyLength: 0`` goes out and an unset one does not. Fields the spec marks REQUIRED and
+  that need a value from the caller have no default, so they are always emitted.
+* Unknown input fields are ignored (spec: SHOULD ignore; a2a-sdk 1.3.0 measured to ignore them too).
+* ``bytes`` is standard base64 with padding out; standard or URL-safe, padded or not, in.
+* Timestamps are UTC with millisecond precision and a ``Z`` out; 0-9 fractional digits and any offset in.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, Self
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer
+from pydantic.alias_generators import to_camel
+
+__all__ = ["A2AModel", "Base64Bytes", "Struct", "Timestamp", "format_timestamp", "utc_now"]
+
+
+class A2AModel(BaseModel):
+    """Base of every A2A object: camelCase on the wire, defaults omitted, unknown fields ignored."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="ignore",
+        use_enum_values=False,
+        ser_json_bytes="base64",
+    )
+
+    def to_json(self) -> bytes:
+        """ProtoJSON bytes of this object (defaults omitted).
+
+        >>> from relaykit import Part
+        >>> Part(text="hi").to_json()
+        b'{"text":"hi"}'
+        """
+        return self.__pydantic_serializer__.to_json(self, exclude_defaults=True, by_alias=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """ProtoJSON of this object as plain Python data (defaults omitted)."""
+        out: dict[str, Any] = self.__pydantic_serializer__.to_python(
+            self, mode="json", exclude_defaults=True, by_alias=True
+        )
+        return out
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> Self:
+        """Parse ProtoJSON text into this type (raises ``pydantic.ValidationError``)."""
+        return cls.model_validate_json(data)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Self:
+        """Validate already-decoded ProtoJSON data into this type."""
+        return cls.model_validate(data)
+
+
+# --- bytes -------------------------------------------------------------------------------------------------
+
+_B64_URLSAFE = str.maketrans("-_", "+/")
+
+
+def _decode_base64(value: Any) -> Any:
+    # Python callers hand us bytes; JSON callers a base64 string. ProtoJSON parsers must take both alphabets,
+    # padded or not (digest §2), so normalise to the standard alphabet and re-pad before decoding.
+    if isinstance(value, str):
+        text = value.translate(_B64_URLSAFE)
+        text += "=" * (-len(text) % 4)
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError("not valid base64") from exc
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    return value
+
+
+def _encode_base64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+Base64Bytes = Annotated[
+    bytes,
+    BeforeValidator(_decode_base64),
+    PlainSerializer(_encode_base64, return_type=str, when_used="json"),
+]
+
+# --- timestamps --------------------------------------------------------------------------------------------
+
+# Python's datetime holds microseconds; RFC 3339 senders may use nanoseconds. Trim digits past six before parsing.
+_LONG_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def _parse_timestamp(value: Any) -> Any:
+    if isinstance(value, str):
+        if len(value) > 27:
+            value = _LONG_FRACTION.sub(r"\1", value, count=1)
+        return value
+    return value
+
+
+def _to_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    if value.utcoffset():
+        return value.astimezone(UTC)
+    return value
+
+
+def format_timestamp(value: datetime) -> str:
+    """RFC 3339 in UTC with milliseconds and ``Z``: ``2026-01-02T03:04:05.678Z``."""
+    value = _to_utc(value)
+    return (
+        f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"
+        f"{value.second:02d}.{value.microsecond // 1000:03d}Z"
+    )
+
+
+def utc_now() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def _after_timestamp(value: datetime) -> datetime:
+    return _to_utc(value)
+
+
+Timestamp = Annotated[
+    datetime,
+    BeforeValidator(_parse_timestamp),
+    AfterValidator(_after_timestamp),
+    PlainSerializer(format_timestamp, return_type=str, when_used="json"),
+]
+
+# google.protobuf.Struct: a JSON object.
+Struct = dict[str, Any]

@@ -1,0 +1,598 @@
+"""A2A 1.0 data objects: tasks, messages, parts, artifacts, stream events and request/response messages.
+
+Shapes follow ``lf.a2a.v1`` (``specification/a2a.proto``) field for field; encoding rules live in ``_model``.
+Invariants checked at construction (so nothing malformed enters the engine or leaves a binding):
+
+* a ``Part`` carries exactly one of ``text | raw | url | data``;
+* ``StreamResponse`` / ``SendMessageResponse`` carry exactly one payload;
+* a ``Message`` has a non-UNSPECIFIED role and at least one part; an ``Artifact`` at least one part;
+* ``historyLength`` / ``pageSize`` are never negative.
+"""
+
+from __future__ import annotations
+
+import uuid
+from enum import Enum
+from typing import Any, Self
+
+from pydantic import Field, model_serializer, model_validator
+
+from relaykit._model import A2AModel, Base64Bytes, Struct, Timestamp
+
+__all__ = [
+    "Artifact",
+    "AuthenticationInfo",
+    "CancelTaskRequest",
+    "DeleteTaskPushNotificationConfigRequest",
+    "GetExtendedAgentCardRequest",
+    "GetTaskPushNotificationConfigRequest",
+    "GetTaskRequest",
+    "ListTaskPushNotificationConfigsRequest",
+    "ListTaskPushNotificationConfigsResponse",
+    "ListTasksRequest",
+    "ListTasksResponse",
+    "Message",
+    "Part",
+    "Role",
+    "SendMessageConfiguration",
+    "SendMessageRequest",
+    "SendMessageResponse",
+    "StreamResponse",
+    "SubscribeToTaskRequest",
+    "Task",
+    "TaskArtifactUpdateEvent",
+    "TaskPushNotificationConfig",
+    "TaskState",
+    "TaskStatus",
+    "TaskStatusUpdateEvent",
+    "new_id",
+]
+
+
+def new_id() -> str:
+    """A fresh opaque identifier (UUID4 text), as the spec suggests for task, context and message ids."""
+    return str(uuid.uuid4())
+
+
+class _ProtoEnum(str, Enum):
+    """A proto enum: wire value is the proto name; input also takes the number and the 0.3 lower-case names."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        # Tolerant input (digest §2: parsers may accept the integer; 0.3 peers send lower-case names).
+        if isinstance(value, int) and not isinstance(value, bool):
+            members = list(cls)
+            if 0 <= value < len(members):
+                return members[value]
+            return None
+        if isinstance(value, str):
+            if value.isdigit():
+                return cls._missing_(int(value))
+            return _LEGACY_NAMES.get(cls.__name__, {}).get(value.lower())
+        return None
+
+
+class TaskState(_ProtoEnum):
+    """Lifecycle state of a task. Terminal: COMPLETED, FAILED, CANCELED, REJECTED; interrupted: INPUT/AUTH_REQUIRED."""
+
+    UNSPECIFIED = "TASK_STATE_UNSPECIFIED"
+    SUBMITTED = "TASK_STATE_SUBMITTED"
+    WORKING = "TASK_STATE_WORKING"
+    COMPLETED = "TASK_STATE_COMPLETED"
+    FAILED = "TASK_STATE_FAILED"
+    CANCELED = "TASK_STATE_CANCELED"
+    INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
+    REJECTED = "TASK_STATE_REJECTED"
+    AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True for COMPLETED, FAILED, CANCELED and REJECTED."""
+        return self in _TERMINAL
+
+    @property
+    def is_interrupted(self) -> bool:
+        """True for INPUT_REQUIRED and AUTH_REQUIRED."""
+        return self in _INTERRUPTED
+
+
+class Role(_ProtoEnum):
+    """Author of a message: ``USER`` (client to server) or ``AGENT`` (server to client)."""
+
+    UNSPECIFIED = "ROLE_UNSPECIFIED"
+    USER = "ROLE_USER"
+    AGENT = "ROLE_AGENT"
+
+
+_TERMINAL = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED})
+_INTERRUPTED = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+_LEGACY_NAMES: dict[str, dict[str, Any]] = {
+    "TaskState": {
+        "submitted": TaskState.SUBMITTED,
+        "working": TaskState.WORKING,
+        "completed": TaskState.COMPLETED,
+        "failed": TaskState.FAILED,
+        "canceled": TaskState.CANCELED,
+        "cancelled": TaskState.CANCELED,
+        "task_state_cancelled": TaskState.CANCELED,
+        "input-required": TaskState.INPUT_REQUIRED,
+        "rejected": TaskState.REJECTED,
+        "auth-required": TaskState.AUTH_REQUIRED,
+        "unknown": TaskState.UNSPECIFIED,
+    },
+    "Role": {"user": Role.USER, "agent": Role.AGENT},
+}
+
+# --- content -----------------------------------------------------------------------------------------------
+
+_PART_KINDS = ("text", "raw", "url", "data")
+
+
+class Part(A2AModel):
+    """One piece of content: exactly one of ``text``, ``raw`` (bytes), ``url`` or ``data`` (any JSON value).
+
+    >>> Part(text="hello").to_json()
+    b'{"text":"hello"}'
+    >>> Part(raw=b"\\x89PNG", media_type="image/png").to_json()
+    b'{"raw":"iVBORw==","mediaType":"image/png"}'
+    """
+
+    text: str | None = None
+    raw: Base64Bytes | None = None
+    url: str | None = None
+    # ``data`` may legitimately be JSON null; presence is read from the fields set, not from the value.
+    data: Any = None
+    metadata: Struct | None = None
+    filename: str = ""
+    media_type: str = ""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Self:
+        count = (self.text is not None) + (self.raw is not None) + (self.url is not None)
+        if self.data is not None or "data" in self.__pydantic_fields_set__:
+            count += 1
+        if count != 1:
+            raise ValueError(
+                "a Part must carry exactly one of text, raw, url or data"
+                + (f" (it has {count})" if count else " (it has none)")
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _keep_null_data(self, handler: Any) -> dict[str, Any]:
+        # ``{"data": null}`` is a valid data part (google.protobuf.Value null); default-omission would drop it and
+        # leave a part with no kind. Measured: costs ~1% of an artifact event's encode.
+        out: dict[str, Any] = handler(self)
+        if self.data is None and self.text is None and self.raw is None and self.url is None:
+            out["data"] = None
+        return out
+
+    @property
+    def kind(self) -> str:
+        """Which content member is set: ``"text"``, ``"raw"``, ``"url"`` or ``"data"``."""
+        for name in _PART_KINDS:
+            if getattr(self, name) is not None:
+                return name
+        return "data"
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, *, media_type: str = "", filename: str = "") -> Part:
+        """A part holding inline file bytes."""
+        return cls(raw=raw, media_type=media_type, filename=filename)
+
+    @classmethod
+    def from_url(cls, url: str, *, media_type: str = "", filename: str = "") -> Part:
+        """A part referring to a file by URL."""
+        return cls(url=url, media_type=media_type, filename=filename)
+
+    @classmethod
+    def from_data(cls, data: Any, *, media_type: str = "") -> Part:
+        """A part holding structured JSON data (object, array or scalar)."""
+        return cls(data=data, media_type=media_type)
+
+
+def _parts(content: str | Part | list[Part]) -> list[Part]:
+    if isinstance(content, str):
+        return [Part(text=content)]
+    if isinstance(content, Part):
+        return [content]
+    return list(content)
+
+
+def _joined_text(parts: list[Part]) -> str:
+    return "".join(p.text for p in parts if p.text is not None)
+
+
+class Message(A2AModel):
+    """One turn of communication between a client (``ROLE_USER``) and an agent (``ROLE_AGENT``).
+
+    >>> m = Message.user("hi")
+    >>> m.role, m.text
+    (<Role.USER: 'ROLE_USER'>, 'hi')
+    """
+
+    message_id: str
+    context_id: str = ""
+    task_id: str = ""
+    role: Role
+    parts: list[Part]
+    metadata: Struct | None = None
+    extensions: list[str] = Field(default_factory=list)
+    reference_task_ids: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.role is Role.UNSPECIFIED:
+            raise ValueError("message role must be ROLE_USER or ROLE_AGENT")
+        if not self.parts:
+            raise ValueError("a message needs at least one part")
+        return self
+
+    @property
+    def text(self) -> str:
+        """The concatenated text of the message's text parts."""
+        return _joined_text(self.parts)
+
+    @classmethod
+    def user(
+        cls,
+        content: str | Part | list[Part],
+        *,
+        task_id: str = "",
+        context_id: str = "",
+        message_id: str | None = None,
+        metadata: Struct | None = None,
+    ) -> Message:
+        """A client message; a fresh ``messageId`` unless one is given."""
+        return cls(
+            message_id=message_id or new_id(),
+            role=Role.USER,
+            parts=_parts(content),
+            task_id=task_id,
+            context_id=context_id,
+            metadata=metadata,
+        )
+
+    @classmethod
+    def agent(
+        cls,
+        content: str | Part | list[Part],
+        *,
+        task_id: str = "",
+        context_id: str = "",
+        message_id: str | None = None,
+        metadata: Struct | None = None,
+    ) -> Message:
+        """An agent message; a fresh ``messageId`` unless one is given."""
+        return cls(
+            message_id=message_id or new_id(),
+            role=Role.AGENT,
+            parts=_parts(content),
+            task_id=task_id,
+            context_id=context_id,
+            metadata=metadata,
+        )
+
+
+class Artifact(A2AModel):
+    """An output of a task, made of parts.
+
+    >>> Artifact.text("result", artifact_id="a1").to_json()
+    b'{"artifactId":"a1","parts":[{"text":"result"}]}'
+    """
+
+    artifact_id: str
+    name: str = ""
+    description: str = ""
+    parts: list[Part]
+    metadata: Struct | None = None
+    extensions: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not self.parts:
+            raise ValueError("an artifact needs at least one part")
+        return self
+
+    @classmethod
+    def text(
+        cls, text: str, *, artifact_id: str | None = None, name: str = "", description: str = ""
+    ) -> Artifact:
+        """An artifact with one text part."""
+        return cls(
+            artifact_id=artifact_id or new_id(), parts=[Part(text=text)], name=name, description=description
+        )
+
+    @classmethod
+    def of(
+        cls,
+        content: str | Part | list[Part],
+        *,
+        artifact_id: str | None = None,
+        name: str = "",
+        description: str = "",
+        metadata: Struct | None = None,
+    ) -> Artifact:
+        """An artifact from text, a part or a list of parts."""
+        return cls(
+            artifact_id=artifact_id or new_id(),
+            parts=_parts(content),
+            name=name,
+            description=description,
+            metadata=metadata,
+        )
+
+    @property
+    def text_content(self) -> str:
+        """The concatenated text of the artifact's text parts."""
+        return _joined_text(self.parts)
+
+
+# --- tasks -------------------------------------------------------------------------------------------------
+
+
+class TaskStatus(A2AModel):
+    """A task's state, the agent's optional status message, and when it was recorded."""
+
+    state: TaskState
+    message: Message | None = None
+    timestamp: Timestamp | None = None
+
+
+class Task(A2AModel):
+    """The unit of work: id, context, status, artifacts and history."""
+
+    id: str
+    context_id: str = ""
+    status: TaskStatus
+    artifacts: list[Artifact] = Field(default_factory=list)
+    history: list[Message] = Field(default_factory=list)
+    metadata: Struct | None = None
+
+    @property
+    def state(self) -> TaskState:
+        """Shortcut for ``task.status.state``."""
+        return self.status.state
+
+
+class TaskStatusUpdateEvent(A2AModel):
+    """A change of a task's status."""
+
+    task_id: str
+    context_id: str
+    status: TaskStatus
+    metadata: Struct | None = None
+
+
+class TaskArtifactUpdateEvent(A2AModel):
+    """A new artifact, a replacement, or a chunk appended to an earlier artifact with the same id."""
+
+    task_id: str
+    context_id: str
+    artifact: Artifact
+    append: bool = False
+    last_chunk: bool = False
+    metadata: Struct | None = None
+
+
+Event = Task | Message | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+
+_PAYLOADS = ("task", "message", "status_update", "artifact_update")
+
+
+class StreamResponse(A2AModel):
+    """One streamed event: exactly one of ``task``, ``message``, ``statusUpdate`` or ``artifactUpdate``."""
+
+    task: Task | None = None
+    message: Message | None = None
+    status_update: TaskStatusUpdateEvent | None = None
+    artifact_update: TaskArtifactUpdateEvent | None = None
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> Self:
+        count = sum(getattr(self, n) is not None for n in _PAYLOADS)
+        if count != 1:
+            raise ValueError("a StreamResponse carries exactly one of task, message, statusUpdate, artifactUpdate")
+        return self
+
+    @property
+    def payload(self) -> Event:
+        """The event this response carries."""
+        for name in _PAYLOADS:
+            value = getattr(self, name)
+            if value is not None:
+                return value  # type: ignore[no-any-return]
+        raise AssertionError("unreachable: validated to carry one payload")
+
+    @classmethod
+    def of(cls, event: Event) -> StreamResponse:
+        """Wrap an event in its oneof member."""
+        if isinstance(event, TaskStatusUpdateEvent):
+            return cls(status_update=event)
+        if isinstance(event, TaskArtifactUpdateEvent):
+            return cls(artifact_update=event)
+        if isinstance(event, Task):
+            return cls(task=event)
+        return cls(message=event)
+
+
+class SendMessageResponse(A2AModel):
+    """The result of SendMessage: exactly one of ``task`` or ``message``."""
+
+    task: Task | None = None
+    message: Message | None = None
+
+    @model_validator(mode="after")
+    def _one_payload(self) -> Self:
+        if (self.task is None) == (self.message is None):
+            raise ValueError("a SendMessageResponse carries exactly one of task or message")
+        return self
+
+    @property
+    def payload(self) -> Task | Message:
+        """The task or message this response carries."""
+        return self.task if self.task is not None else self.message  # type: ignore[return-value]
+
+
+# --- push notification configs -----------------------------------------------------------------------------
+
+
+class AuthenticationInfo(A2AModel):
+    """Credentials a webhook call carries: ``Authorization: <scheme> <credentials>``."""
+
+    scheme: str
+    credentials: str = ""
+
+
+class TaskPushNotificationConfig(A2AModel):
+    """Where and how to deliver push notifications for one task."""
+
+    tenant: str = ""
+    id: str = ""
+    task_id: str = ""
+    url: str
+    token: str = ""
+    authentication: AuthenticationInfo | None = None
+
+
+# --- requests ----------------------------------------------------------------------------------------------
+
+
+def _non_negative(value: int | None, name: str) -> None:
+    if value is not None and value < 0:
+        raise ValueError(f"{name} must not be negative (got {value})")
+
+
+class SendMessageConfiguration(A2AModel):
+    """Options of a SendMessage call; blocking unless ``returnImmediately``."""
+
+    accepted_output_modes: list[str] = Field(default_factory=list)
+    task_push_notification_config: TaskPushNotificationConfig | None = None
+    history_length: int | None = None
+    return_immediately: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        _non_negative(self.history_length, "historyLength")
+        return self
+
+
+class SendMessageRequest(A2AModel):
+    """SendMessage / SendStreamingMessage parameters."""
+
+    tenant: str = ""
+    message: Message
+    configuration: SendMessageConfiguration | None = None
+    metadata: Struct | None = None
+
+
+class GetTaskRequest(A2AModel):
+    """GetTask parameters."""
+
+    tenant: str = ""
+    id: str
+    history_length: int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        _non_negative(self.history_length, "historyLength")
+        return self
+
+
+class ListTasksRequest(A2AModel):
+    """ListTasks parameters: filters, cursor pagination, history trimming."""
+
+    tenant: str = ""
+    context_id: str = ""
+    status: TaskState = TaskState.UNSPECIFIED
+    page_size: int | None = None
+    page_token: str = ""
+    history_length: int | None = None
+    status_timestamp_after: Timestamp | None = None
+    include_artifacts: bool | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.page_size is not None and not 1 <= self.page_size <= 100:
+            raise ValueError(f"pageSize must be between 1 and 100 (got {self.page_size})")
+        _non_negative(self.history_length, "historyLength")
+        return self
+
+
+class ListTasksResponse(A2AModel):
+    """One page of ListTasks. All four fields are REQUIRED and always emitted (``nextPageToken`` is ``""`` last)."""
+
+    tasks: list[Task] = Field(default_factory=list)
+    next_page_token: str = ""
+    page_size: int = 0
+    total_size: int = 0
+
+    @model_serializer(mode="wrap")
+    def _always_all(self, handler: Any) -> dict[str, Any]:
+        # ProtoJSON would drop an empty token or a zero count, but the spec marks all four REQUIRED and says the
+        # token is always present: emit them unconditionally.
+        out: dict[str, Any] = handler(self)
+        out.setdefault("tasks", [])
+        out.setdefault("nextPageToken", "")
+        out.setdefault("pageSize", self.page_size)
+        out.setdefault("totalSize", self.total_size)
+        return out
+
+
+class CancelTaskRequest(A2AModel):
+    """CancelTask parameters."""
+
+    tenant: str = ""
+    id: str
+    metadata: Struct | None = None
+
+
+class SubscribeToTaskRequest(A2AModel):
+    """SubscribeToTask parameters."""
+
+    tenant: str = ""
+    id: str
+
+
+class GetTaskPushNotificationConfigRequest(A2AModel):
+    """GetTaskPushNotificationConfig parameters."""
+
+    tenant: str = ""
+    task_id: str
+    id: str
+
+
+class DeleteTaskPushNotificationConfigRequest(A2AModel):
+    """DeleteTaskPushNotificationConfig parameters."""
+
+    tenant: str = ""
+    task_id: str
+    id: str
+
+
+class ListTaskPushNotificationConfigsRequest(A2AModel):
+    """ListTaskPushNotificationConfigs parameters (``pageSize`` 0 = server default)."""
+
+    tenant: str = ""
+    task_id: str
+    page_size: int = 0
+    page_token: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        _non_negative(self.page_size, "pageSize")
+        return self
+
+
+class ListTaskPushNotificationConfigsResponse(A2AModel):
+    """One page of push configs of a task."""
+
+    configs: list[TaskPushNotificationConfig] = Field(default_factory=list)
+    next_page_token: str = ""
+
+
+class GetExtendedAgentCardRequest(A2AModel):
+    """GetExtendedAgentCard parameters."""
+
+    tenant: str = ""
+
