@@ -258,9 +258,7 @@ class SecurityScheme(A2AModel):
     @classmethod
     def api_key(cls, name: str, location: str = "header", description: str = "") -> SecurityScheme:
         """An API key in a header, query parameter or cookie."""
-        return cls(
-            api_key_security_scheme=APIKeySecurityScheme(name=name, location=location, description=description)
-        )
+        return cls(api_key_security_scheme=APIKeySecurityScheme(name=name, location=location, description=description))
 
 
 class AgentCard(A2AModel):

@@ -391,9 +391,17 @@ for _cls in _SERVER_ERRORS:
     _BY_REASON.setdefault(_cls.reason, _cls)
     _BY_CODE.setdefault(_cls.code, _cls)
 _BY_REASON["INVALID_REQUEST"] = InvalidRequestError
-_BY_HTTP.update({401: AuthenticationRequiredError, 403: PermissionDeniedError, 404: TaskNotFoundError,
-                 413: PayloadTooLargeError, 429: ResourceExhaustedError, 503: ServiceUnavailableError,
-                 500: InternalError})
+_BY_HTTP.update(
+    {
+        401: AuthenticationRequiredError,
+        403: PermissionDeniedError,
+        404: TaskNotFoundError,
+        413: PayloadTooLargeError,
+        429: ResourceExhaustedError,
+        503: ServiceUnavailableError,
+        500: InternalError,
+    }
+)
 
 
 def _reason_of(details: Any) -> tuple[str | None, dict[str, str]]:
@@ -428,8 +436,6 @@ def error_from_status(http_status: int, body: Any) -> A2AError:
     if isinstance(err, dict):
         reason, meta = _reason_of(err.get("details"))
         cls = _BY_REASON.get(reason or "")
-        if cls is reason is None:
-            cls = None
         if cls is InvalidRequestError and http_status == 413:
             cls = PayloadTooLargeError
         if cls is None:
@@ -454,4 +460,3 @@ def error_from_grpc(status_name: str, message: str, details: list[dict[str, Any]
             "UNIMPLEMENTED": UnsupportedOperationError,
         }.get(status_name, InternalError)
     return _build(cls, message, meta, details)
-

@@ -86,7 +86,8 @@ def apply(task: Task, event: Task | Message | TaskStatusUpdateEvent | TaskArtifa
         _check_owner(task, event.task_id)
         if task.status.state in TERMINAL:
             raise IllegalTransitionError(
-                f"artifact update for task {task.id}, which is already {task.status.state.name}", task_id=task.id
+                f"artifact update for task {task.id}, which is already {task.status.state.name}",
+                task_id=task.id,
             )
         _apply_artifact(task, event)
         return task
@@ -116,9 +117,7 @@ def apply(task: Task, event: Task | Message | TaskStatusUpdateEvent | TaskArtifa
 
 def _check_owner(task: Task, task_id: str) -> None:
     if task_id != task.id:
-        raise InvalidAgentResponseError(
-            f"event for task {task_id!r} published on task {task.id!r}", task_id=task.id
-        )
+        raise InvalidAgentResponseError(f"event for task {task_id!r} published on task {task.id!r}", task_id=task.id)
 
 
 def _apply_artifact(task: Task, event: TaskArtifactUpdateEvent) -> None:

@@ -12,7 +12,7 @@ Invariants checked at construction (so nothing malformed enters the engine or le
 from __future__ import annotations
 
 import uuid
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Self
 
 from pydantic import Field, model_serializer, model_validator
@@ -54,7 +54,7 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-class _ProtoEnum(str, Enum):
+class _ProtoEnum(StrEnum):
     """A proto enum: wire value is the proto name; input also takes the number and the 0.3 lower-case names."""
 
     @classmethod
@@ -295,13 +295,9 @@ class Artifact(A2AModel):
         return self
 
     @classmethod
-    def text(
-        cls, text: str, *, artifact_id: str | None = None, name: str = "", description: str = ""
-    ) -> Artifact:
+    def text(cls, text: str, *, artifact_id: str | None = None, name: str = "", description: str = "") -> Artifact:
         """An artifact with one text part."""
-        return cls(
-            artifact_id=artifact_id or new_id(), parts=[Part(text=text)], name=name, description=description
-        )
+        return cls(artifact_id=artifact_id or new_id(), parts=[Part(text=text)], name=name, description=description)
 
     @classmethod
     def of(
@@ -595,4 +591,3 @@ class GetExtendedAgentCardRequest(A2AModel):
     """GetExtendedAgentCard parameters."""
 
     tenant: str = ""
-

@@ -6,7 +6,6 @@ b'{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"hi"}]}'
 """
 
 from relaykit._card import (
-    APIKeySecurityScheme,
     AgentCapabilities,
     AgentCard,
     AgentCardSignature,
@@ -14,6 +13,7 @@ from relaykit._card import (
     AgentInterface,
     AgentProvider,
     AgentSkill,
+    APIKeySecurityScheme,
     AuthorizationCodeOAuthFlow,
     ClientCredentialsOAuthFlow,
     DeviceCodeOAuthFlow,

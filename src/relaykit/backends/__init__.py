@@ -1,0 +1,24 @@
+"""Storage backends behind small interfaces: memory (reference), SQLite (embedded default), PostgreSQL.
+
+>>> from relaykit.backends import MemoryTaskStore, open_store
+>>> isinstance(open_store("memory"), MemoryTaskStore)
+True
+"""
+
+from relaykit.backends._base import ConflictError, ListPage, PushConfigStore, TaskQuery, TaskRecord, TaskStore
+from relaykit.backends._memory import MemoryPushConfigStore, MemoryTaskStore, failed_status
+from relaykit.backends._url import open_push_store, open_store
+
+__all__ = [
+    "ConflictError",
+    "ListPage",
+    "MemoryPushConfigStore",
+    "MemoryTaskStore",
+    "PushConfigStore",
+    "TaskQuery",
+    "TaskRecord",
+    "TaskStore",
+    "failed_status",
+    "open_push_store",
+    "open_store",
+]

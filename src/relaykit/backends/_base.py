@@ -1,0 +1,122 @@
+"""The backend interfaces: where tasks and push configs live, and how task events reach subscribers.
+
+Every implementation (memory, SQLite, PostgreSQL; local bus, Redis) passes the same contract suite
+(``relaykit.testing.contract``). Rules every ``TaskStore`` keeps:
+
+* Tasks are partitioned by ``tenant`` and owned by ``owner``: every read, list and write is scoped by both, and a
+  task outside the caller's scope is indistinguishable from a missing one (``None`` / absent from lists).
+* ``save`` is optimistic: a ``TaskRecord`` carries the ``version`` it was read at; a write with a stale version raises
+  ``ConflictError`` and changes nothing. A successful write bumps the record's ``version`` in place.
+* ``list`` orders by ``status.timestamp`` descending, ties by id descending, with an opaque keyset cursor.
+* A write is atomic: after a crash a task is either as it was or as it was written, never half-written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from relaykit._types import Task, TaskPushNotificationConfig, TaskState
+
+__all__ = ["ConflictError", "ListPage", "PushConfigStore", "TaskQuery", "TaskRecord", "TaskStore"]
+
+
+class ConflictError(Exception):
+    """A task write carried a stale version: someone else wrote the task in between."""
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    """A stored task with its scope and version."""
+
+    task: Task
+    tenant: str = ""
+    owner: str = "anonymous"
+    version: int = 0
+    # The last event sequence number published for the task (SSE ids continue from it after a restart).
+    event_seq: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class TaskQuery:
+    """ListTasks filters and page, already validated."""
+
+    tenant: str = ""
+    owner: str = "anonymous"
+    context_id: str = ""
+    state: TaskState | None = None
+    status_after: datetime | None = None
+    page_size: int = 50
+    page_token: str = ""
+
+
+@dataclass(slots=True)
+class ListPage:
+    """One page of tasks plus the cursor of the next page (``""`` on the last) and the total match count."""
+
+    tasks: list[Task] = field(default_factory=list)
+    next_page_token: str = ""
+    total_size: int = 0
+
+
+@runtime_checkable
+class TaskStore(Protocol):
+    """Durable task storage."""
+
+    async def start(self) -> None:
+        """Open connections, create or migrate the schema."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    async def get(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> TaskRecord | None:
+        """The task with its version, or ``None`` when missing or out of scope."""
+
+    async def save(self, record: TaskRecord) -> None:
+        """Insert (``version == 0``) or update (``version`` = the version read); bumps ``record.version``.
+
+        Raises ``ConflictError`` when the stored version differs (or, on insert, when the id exists).
+        """
+
+    async def list(self, query: TaskQuery) -> ListPage:
+        """Tasks matching ``query``, newest status first. Raises ``ValueError`` for a malformed page token."""
+
+    async def delete(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
+        """Remove a task; ``True`` when something was removed."""
+
+    async def fail_orphans(self, reason: str) -> int:
+        """Mark every SUBMITTED/WORKING task FAILED with ``reason`` as an agent status message; returns the count.
+
+        Called on start: a task left active by a dead process will never be finished by it.
+        """
+
+    async def purge(self, before: datetime) -> int:
+        """Delete terminal tasks whose status timestamp is older than ``before``; returns the count."""
+
+
+@runtime_checkable
+class PushConfigStore(Protocol):
+    """Storage of push-notification configs, several per task, scoped like tasks."""
+
+    async def start(self) -> None:
+        """Open connections, create or migrate the schema."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
+        """Insert or replace the config with this (tenant, task_id, id)."""
+
+    async def get(
+        self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous"
+    ) -> TaskPushNotificationConfig | None:
+        """One config, or ``None``."""
+
+    async def list(
+        self, task_id: str, *, tenant: str = "", owner: str = "anonymous"
+    ) -> list[TaskPushNotificationConfig]:
+        """All configs of a task, oldest first."""
+
+    async def delete(self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
+        """Remove one config; ``True`` when something was removed. Deleting a missing config is not an error."""

@@ -1,0 +1,181 @@
+"""In-memory reference implementations of ``TaskStore`` and ``PushConfigStore``.
+
+Tasks are held as compact ProtoJSON bytes, not live model graphs: a stored task costs its encoded size plus a small
+tuple, well under the official SDK's ~1.9 KB per task, and a reader can never mutate the stored copy.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from relaykit._model import utc_now
+from relaykit._types import (
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+    new_id,
+)
+from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord
+from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
+
+__all__ = ["MemoryPushConfigStore", "MemoryTaskStore"]
+
+_ACTIVE = (TaskState.SUBMITTED, TaskState.WORKING)
+_TERMINAL = (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED)
+
+
+class _Row:
+    __slots__ = ("body", "context_id", "event_seq", "key", "owner", "state", "tenant", "version")
+
+    def __init__(self, record: TaskRecord, version: int) -> None:
+        task = record.task
+        self.body = task.to_json()
+        self.tenant = record.tenant
+        self.owner = record.owner
+        self.context_id = task.context_id
+        self.state = task.status.state
+        self.key = sort_key(task)
+        self.version = version
+        self.event_seq = record.event_seq
+
+
+def failed_status(reason: str) -> TaskStatus:
+    """A FAILED status with an agent message explaining why (used for orphans and shutdown)."""
+    return TaskStatus(
+        state=TaskState.FAILED,
+        message=Message(message_id=new_id(), role=Role.AGENT, parts=[Part(text=reason)]),
+        timestamp=utc_now(),
+    )
+
+
+class MemoryTaskStore:
+    """Tasks in a dict; nothing survives the process.
+
+    >>> store = MemoryTaskStore()
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[str, _Row] = {}
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def _row(self, task_id: str, tenant: str, owner: str) -> _Row | None:
+        row = self._rows.get(task_id)
+        if row is None or row.tenant != tenant or row.owner != owner:
+            return None
+        return row
+
+    async def get(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> TaskRecord | None:
+        row = self._row(task_id, tenant, owner)
+        if row is None:
+            return None
+        return TaskRecord(Task.from_json(row.body), row.tenant, row.owner, row.version, row.event_seq)
+
+    async def save(self, record: TaskRecord) -> None:
+        current = self._rows.get(record.task.id)
+        if record.version == 0:
+            if current is not None:
+                raise ConflictError(f"task {record.task.id} already exists")
+        elif current is None or current.version != record.version:
+            raise ConflictError(f"task {record.task.id} was changed by another writer")
+        elif current.tenant != record.tenant or current.owner != record.owner:
+            raise ConflictError(f"task {record.task.id} belongs to another scope")
+        self._rows[record.task.id] = _Row(record, record.version + 1)
+        record.version += 1
+
+    async def list(self, query: TaskQuery) -> ListPage:
+        after = decode_token(query.page_token) if query.page_token else None
+        min_ts = timestamp_us(query.status_after) if query.status_after is not None else None
+        matches: list[tuple[tuple[int, str], _Row]] = []
+        for row in self._rows.values():
+            if row.tenant != query.tenant or row.owner != query.owner:
+                continue
+            if query.context_id and row.context_id != query.context_id:
+                continue
+            if query.state is not None and row.state is not query.state:
+                continue
+            if min_ts is not None and row.key[0] < min_ts:
+                continue
+            matches.append((row.key, row))
+        matches.sort(key=lambda item: item[0], reverse=True)
+        start = 0
+        if after is not None:
+            # Keys are sorted descending; the page starts at the first key strictly below the cursor.
+            start = next((i for i, (key, _) in enumerate(matches) if key < after), len(matches))
+        page = matches[start : start + query.page_size]
+        more = start + query.page_size < len(matches)
+        return ListPage(
+            tasks=[Task.from_json(row.body) for _, row in page],
+            next_page_token=encode_token(page[-1][0]) if more and page else "",
+            total_size=len(matches),
+        )
+
+    async def delete(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
+        if self._row(task_id, tenant, owner) is None:
+            return False
+        del self._rows[task_id]
+        return True
+
+    async def fail_orphans(self, reason: str) -> int:
+        count = 0
+        for task_id, row in list(self._rows.items()):
+            if row.state in _ACTIVE:
+                task = Task.from_json(row.body)
+                task.status = failed_status(reason)
+                task.history.append(task.status.message)  # type: ignore[arg-type]
+                self._rows[task_id] = _Row(TaskRecord(task, row.tenant, row.owner, 0, row.event_seq), row.version + 1)
+                count += 1
+        return count
+
+    async def purge(self, before: datetime) -> int:
+        limit = timestamp_us(before)
+        doomed = [k for k, row in self._rows.items() if row.state in _TERMINAL and row.key[0] < limit]
+        for task_id in doomed:
+            del self._rows[task_id]
+        return len(doomed)
+
+
+class MemoryPushConfigStore:
+    """Push configs in a dict, keyed by (tenant, owner, task id), insertion-ordered."""
+
+    def __init__(self) -> None:
+        self._configs: dict[tuple[str, str, str], dict[str, bytes]] = {}
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
+        self._configs.setdefault((config.tenant, owner, config.task_id), {})[config.id] = config.to_json()
+
+    async def get(
+        self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous"
+    ) -> TaskPushNotificationConfig | None:
+        body = self._configs.get((tenant, owner, task_id), {}).get(config_id)
+        return TaskPushNotificationConfig.from_json(body) if body is not None else None
+
+    async def list(
+        self, task_id: str, *, tenant: str = "", owner: str = "anonymous"
+    ) -> list[TaskPushNotificationConfig]:
+        return [
+            TaskPushNotificationConfig.from_json(b) for b in self._configs.get((tenant, owner, task_id), {}).values()
+        ]
+
+    async def delete(self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
+        configs = self._configs.get((tenant, owner, task_id))
+        if not configs or config_id not in configs:
+            return False
+        del configs[config_id]
+        if not configs:
+            del self._configs[(tenant, owner, task_id)]
+        return True

@@ -1,0 +1,104 @@
+"""Per-task live state (``ActiveTask``) and one queued request (``PendingRequest``).
+
+An ActiveTask exists while a task has a runner (executing or with messages queued). It is created on the first
+message, and removed from the engine's registry when its runner finds the request queue empty: the registry never
+holds idle tasks, so 10,000 sequential tasks leave it empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from relaykit._types import Message, SendMessageConfiguration, Task
+from relaykit.backends._base import TaskRecord
+from relaykit.backends._bus import Tap
+from relaykit.server._context import CallContext, RequestContext
+
+__all__ = ["ActiveTask", "PendingRequest"]
+
+
+class PendingRequest:
+    """One message waiting for, or in, execution, with the futures its caller awaits."""
+
+    __slots__ = ("call", "configuration", "done", "first", "message", "metadata", "started", "tap")
+
+    def __init__(
+        self,
+        message: Message,
+        configuration: SendMessageConfiguration | None,
+        metadata: dict[str, Any] | None,
+        call: CallContext,
+        *,
+        streaming: bool = False,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self.message = message
+        self.configuration = configuration
+        self.metadata = metadata
+        self.call = call
+        # Resolved with the Task snapshot or the Message at the first event of this request's execution.
+        self.first: asyncio.Future[Task | Message] = loop.create_future()
+        # Resolved with the final Task snapshot (or the Message) when the execution ends.
+        self.done: asyncio.Future[Task | Message] = loop.create_future()
+        # Streaming callers get a tap opened by the runner just before the execution starts.
+        self.started: asyncio.Future[Tap] | None = loop.create_future() if streaming else None
+        self.tap: Tap | None = None
+
+    def resolve(self, fut: asyncio.Future[Any], value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value)
+
+    def reject(self, exc: BaseException) -> None:
+        for fut in (self.first, self.done, self.started):
+            if fut is not None and not fut.done():
+                fut.set_exception(exc)
+                # The caller may have gone away (client disconnect); don't log "exception never retrieved".
+                fut.exception()
+
+
+class ActiveTask:
+    """The live side of one task: its queue of requests, its runner, and its in-memory current state."""
+
+    __slots__ = (
+        "agent_error",
+        "cancel_reason",
+        "cancel_requested",
+        "chunks_since_flush",
+        "context",
+        "context_id",
+        "current",
+        "dirty",
+        "last_flush",
+        "message_mode",
+        "owner",
+        "record",
+        "requests",
+        "runner",
+        "task_id",
+        "tenant",
+    )
+
+    def __init__(self, task_id: str, context_id: str, tenant: str, owner: str, record: TaskRecord | None) -> None:
+        self.task_id = task_id
+        self.context_id = context_id
+        self.tenant = tenant
+        self.owner = owner
+        self.record = record
+        self.requests: deque[PendingRequest] = deque()
+        self.runner: asyncio.Task[None] | None = None
+        self.current: PendingRequest | None = None
+        self.context: RequestContext | None = None
+        self.agent_error: Exception | None = None
+        self.cancel_requested = False
+        self.cancel_reason = ""
+        self.message_mode = False
+        self.dirty = False
+        self.chunks_since_flush = 0
+        self.last_flush = 0.0
+
+    @property
+    def task(self) -> Task | None:
+        """The current task, or ``None`` before the agent created it."""
+        return self.record.task if self.record is not None else None

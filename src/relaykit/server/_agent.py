@@ -1,0 +1,134 @@
+"""``@agent``: turn a plain async function or async generator into an ``AgentExecutor``.
+
+* ``async def f(context) -> str`` ⇒ a task COMPLETED with one text artifact;
+* ``-> Message`` ⇒ a bare Message reply (no task);
+* ``-> Part | list[Part] | Artifact`` ⇒ a task COMPLETED with that artifact;
+* an async generator of ``str`` (or ``Part``) ⇒ one artifact streamed as appended chunks, then COMPLETED;
+* raising ⇒ FAILED; ``context.requires_input("question")`` / ``context.requires_auth("…")`` ⇒ the interrupted states.
+
+>>> from relaykit import agent
+>>> @agent
+... async def echo(context):
+...     return context.text
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, NoReturn
+
+from relaykit._card import AgentCard
+from relaykit._types import Artifact, Message, Part, TaskState
+from relaykit.server._context import RequestContext
+from relaykit.server._executor import AgentExecutor
+from relaykit.server._queue import EventQueue
+from relaykit.server._updater import TaskUpdater
+
+__all__ = ["AgentContext", "FunctionAgent", "Interrupt", "agent"]
+
+
+class Interrupt(Exception):
+    """Raised by ``requires_input`` / ``requires_auth`` to pause the task."""
+
+    def __init__(self, state: TaskState, message: str | Message) -> None:
+        self.state = state
+        self.message = message
+        super().__init__(state.name)
+
+
+class AgentContext(RequestContext):
+    """The ``RequestContext`` an ``@agent`` function receives, plus the updater and interrupt helpers."""
+
+    __slots__ = ("updater",)
+
+    updater: TaskUpdater
+
+    def requires_input(self, question: str | Message) -> NoReturn:
+        """Pause in INPUT_REQUIRED with ``question``; the user's answer arrives as a new call on the same task."""
+        raise Interrupt(TaskState.INPUT_REQUIRED, question)
+
+    def requires_auth(self, message: str | Message) -> NoReturn:
+        """Pause in AUTH_REQUIRED with what is needed."""
+        raise Interrupt(TaskState.AUTH_REQUIRED, message)
+
+    @property
+    def history(self) -> list[Message]:
+        """The stored task's history for a continuation (empty for a new task)."""
+        return list(self.task.history) if self.task is not None else []
+
+
+AgentFunction = Callable[[AgentContext], Awaitable[Any]] | Callable[[AgentContext], AsyncIterator[Any]]
+
+
+class FunctionAgent(AgentExecutor):
+    """An executor around an ``@agent`` function."""
+
+    def __init__(self, fn: AgentFunction, *, card: AgentCard | None = None, idempotent: bool = False) -> None:
+        self.fn = fn
+        self.card = card
+        self.streaming_fn = inspect.isasyncgenfunction(fn)
+        self.__doc__ = fn.__doc__
+        self.name = getattr(fn, "__name__", "agent")
+        if idempotent:
+            self.idempotent = True  # type: ignore[misc]
+
+    def _context(self, context: RequestContext, queue: EventQueue) -> AgentContext:
+        ctx = AgentContext.__new__(AgentContext)
+        for name in RequestContext.__slots__:
+            object.__setattr__(ctx, name, getattr(context, name))
+        ctx.updater = TaskUpdater(queue, context)
+        return ctx
+
+    async def execute(self, context: RequestContext, queue: EventQueue) -> None:
+        ctx = self._context(context, queue)
+        updater = ctx.updater
+        try:
+            if self.streaming_fn:
+                await self._stream(ctx, updater)
+                return
+            result = await self.fn(ctx)  # type: ignore[misc]
+        except Interrupt as stop:
+            await updater.update(stop.state, stop.message)
+            return
+        if isinstance(result, Message):
+            if not result.context_id:
+                result.context_id = context.context_id
+            await queue.enqueue_event(result)
+            return
+        if result is None:
+            await updater.complete()
+            return
+        if isinstance(result, Artifact):
+            await queue.enqueue_event(_artifact_event(updater, result))
+        elif isinstance(result, str | Part | list):
+            await updater.artifact(result)
+        else:
+            await updater.artifact(Part(data=result))
+        await updater.complete()
+
+    async def _stream(self, ctx: AgentContext, updater: TaskUpdater) -> None:
+        gen = self.fn(ctx)
+        artifact_id: str | None = None
+        pending: str | Part | None = None
+        # Hold one chunk back so the last one can carry lastChunk=true.
+        async for chunk in gen:  # type: ignore[union-attr]
+            if pending is not None:
+                artifact_id = await updater.artifact(pending, artifact_id=artifact_id, append=artifact_id is not None)
+            pending = chunk
+        if pending is not None:
+            await updater.artifact(pending, artifact_id=artifact_id, append=artifact_id is not None, last_chunk=True)
+        await updater.complete()
+
+
+def _artifact_event(updater: TaskUpdater, artifact: Artifact) -> Any:
+    from relaykit._types import TaskArtifactUpdateEvent
+
+    return TaskArtifactUpdateEvent(task_id=updater.task_id, context_id=updater.context_id, artifact=artifact)
+
+
+def agent(fn: AgentFunction | None = None, *, card: AgentCard | None = None, idempotent: bool = False) -> Any:
+    """Decorate an async function or async generator to make it an ``AgentExecutor``."""
+    if fn is None:
+        return lambda f: FunctionAgent(f, card=card, idempotent=idempotent)
+    return FunctionAgent(fn, card=card, idempotent=idempotent)

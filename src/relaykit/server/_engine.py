@@ -1,0 +1,735 @@
+"""The task engine: runs executors, folds their events into tasks, persists, and publishes.
+
+Invariants:
+
+* one runner per task processes its messages one at a time; many tasks run concurrently;
+* every event of an execution goes through ``_on_event`` in the executor's own coroutine: checked, applied by the
+  state machine, persisted (status changes and new tasks before they are published; artifact chunks coalesced and
+  flushed at checkpoints), then published once as encoded ``StreamResponse`` bytes;
+* every execution ends in a terminal or interrupted state (an agent that returns with its task still active has
+  failed it), and its queue is closed;
+* a caller going away (client disconnect) never cancels a task; only ``cancel`` and shutdown do;
+* writes are never torn by cancellation: a write in flight completes before the cancellation is honoured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from relaykit._errors import (
+    InvalidAgentResponseError,
+    InvalidParamsError,
+    ResourceExhaustedError,
+    ServiceUnavailableError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from relaykit._model import utc_now
+from relaykit._state import INTERRUPTED, TERMINAL, apply
+from relaykit._types import (
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+    new_id,
+)
+from relaykit.backends._base import TaskRecord, TaskStore
+from relaykit.backends._bus import END, LocalEventBus, Tap, TapOverflowError
+from relaykit.backends._memory import MemoryTaskStore
+from relaykit.server._active import ActiveTask, PendingRequest
+from relaykit.server._context import CallContext, RequestContext
+from relaykit.server._executor import AgentExecutor
+from relaykit.server._queue import Event, EventQueue
+
+__all__ = ["StreamItem", "TaskEngine"]
+
+log = logging.getLogger("relaykit.engine")
+
+# (sequence number, event, encoded StreamResponse JSON)
+StreamItem = tuple[int, Any, bytes]
+
+_SAFE_FAILURE = "The agent failed while handling this task."
+_ACTIVE_STATES = (TaskState.SUBMITTED, TaskState.WORKING)
+
+
+def _agent_message(text: str, task_id: str, context_id: str) -> Message:
+    return Message(
+        message_id=new_id(), role=Role.AGENT, parts=[Part(text=text)], task_id=task_id, context_id=context_id
+    )
+
+
+def _snapshot(task: Task) -> Task:
+    # Callers get their own copy: the live task keeps changing under the engine.
+    return Task.model_validate_json(task.to_json())
+
+
+class TaskEngine:
+    """Runs an ``AgentExecutor`` over a task store and an event bus.
+
+    >>> from relaykit.server import TaskEngine
+    >>> # engine = TaskEngine(MyExecutor()); await engine.start(); task = await engine.send(request)
+    """
+
+    def __init__(
+        self,
+        executor: AgentExecutor,
+        *,
+        store: TaskStore | None = None,
+        bus: LocalEventBus | None = None,
+        executor_timeout: float | None = None,
+        cancel_grace: float = 0.0,
+        max_concurrent: int = 1000,
+        max_queued: int = 16,
+        max_subscribers: int = 64,
+        send_timeout: float | None = None,
+        checkpoint_chunks: int = 256,
+        checkpoint_seconds: float = 1.0,
+        on_event: Any = None,
+    ) -> None:
+        self.executor = executor
+        self.store: TaskStore = store if store is not None else MemoryTaskStore()
+        self.bus = bus if bus is not None else LocalEventBus()
+        self.executor_timeout = executor_timeout
+        self.cancel_grace = cancel_grace
+        self.max_concurrent = max_concurrent
+        self.max_queued = max_queued
+        self.max_subscribers = max_subscribers
+        self.send_timeout = send_timeout
+        self.checkpoint_chunks = checkpoint_chunks
+        self.checkpoint_seconds = checkpoint_seconds
+        # Hook for push delivery: called with (task_id, tenant, owner, seq, event, data) after each publish.
+        self.on_event = on_event
+        self.registry: dict[str, ActiveTask] = {}
+        self._running = 0
+        self._accepting = False
+        self._started = False
+        self._sync_store = isinstance(self.store, MemoryTaskStore)
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+
+    async def start(self, *, recover: bool = True) -> int:
+        """Open the store and bus; mark tasks a dead process left active FAILED. Returns how many."""
+        await self.store.start()
+        await self.bus.start()
+        recovered = await self.store.fail_orphans("server restarted") if recover else 0
+        if recovered:
+            log.warning("marked %d task(s) left active by a previous process as FAILED", recovered)
+        self._accepting = True
+        self._started = True
+        return recovered
+
+    async def shutdown(self, grace: float = 5.0) -> None:
+        """Stop accepting, let executions finish for ``grace`` seconds, fail the rest, close everything."""
+        if not self._started:
+            return
+        self._accepting = False
+        if self.registry:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout=grace)
+        for active in list(self.registry.values()):
+            active.cancel_reason = "shutdown"
+            for req in active.requests:
+                req.reject(ServiceUnavailableError("server is shutting down"))
+            active.requests.clear()
+            if active.runner is not None:
+                active.runner.cancel()
+        runners = [a.runner for a in self.registry.values() if a.runner is not None]
+        if runners:
+            await asyncio.gather(*runners, return_exceptions=True)
+        try:
+            await self.executor.on_shutdown()
+        except Exception:
+            log.exception("executor on_shutdown failed")
+        await self.bus.close()
+        await self.store.close()
+        self._started = False
+
+    @property
+    def accepting(self) -> bool:
+        """False once shutdown began."""
+        return self._accepting
+
+    @property
+    def running_executions(self) -> int:
+        """Executions in progress right now."""
+        return self._running
+
+    # --- sending -----------------------------------------------------------------------------------------
+
+    async def _admit(self, request: SendMessageRequest, call: CallContext, *, streaming: bool) -> PendingRequest:
+        if not self._accepting:
+            raise ServiceUnavailableError("server is shutting down; retry against another instance")
+        message = request.message
+        if not message.message_id:
+            raise InvalidParamsError(
+                "message.messageId is required", field_violations=[("message.messageId", "required")]
+            )
+        tenant = request.tenant or call.tenant
+        owner = call.user
+        if message.task_id:
+            active = self.registry.get(message.task_id)
+            if active is None or active.tenant != tenant or active.owner != owner:
+                record = await self.store.get(message.task_id, tenant=tenant, owner=owner)
+                if record is None:
+                    raise TaskNotFoundError(task_id=message.task_id)
+                active = self.registry.get(message.task_id)
+                if active is None:
+                    active = ActiveTask(record.task.id, record.task.context_id, tenant, owner, record)
+            task = active.task
+            if task is not None and task.status.state in TERMINAL:
+                raise UnsupportedOperationError(
+                    f"task {task.id} is {task.status.state.name}; terminal tasks take no more messages "
+                    "(start a new task in the same context)",
+                    task_id=task.id,
+                )
+            if message.context_id and message.context_id != active.context_id:
+                raise InvalidParamsError(
+                    f"contextId {message.context_id!r} does not match task {active.task_id}'s context",
+                    field_violations=[("message.contextId", "does not match the task's contextId")],
+                )
+            message.context_id = active.context_id
+        else:
+            context_id = message.context_id or new_id()
+            message.context_id = context_id
+            active = ActiveTask(new_id(), context_id, tenant, owner, None)
+        if len(active.requests) >= self.max_queued:
+            raise ResourceExhaustedError(
+                f"task {active.task_id} already has {self.max_queued} messages waiting; retry later"
+            )
+        if active.runner is None and self._running >= self.max_concurrent:
+            raise ResourceExhaustedError(
+                f"the server is running its limit of {self.max_concurrent} executions; retry later"
+            )
+        pending = PendingRequest(message, request.configuration, request.metadata, call, streaming=streaming)
+        self.registry[active.task_id] = active
+        self._idle.clear()
+        active.requests.append(pending)
+        if active.runner is None:
+            self._running += 1
+            active.runner = asyncio.create_task(self._run(active), name=f"relaykit-task-{active.task_id}")
+        return pending
+
+    async def send(self, request: SendMessageRequest, call: CallContext | None = None) -> Task | Message:
+        """SendMessage: blocking (until terminal or interrupted) unless ``configuration.returnImmediately``."""
+        pending = await self._admit(request, call or CallContext(), streaming=False)
+        config = request.configuration
+        fut = pending.first if config is not None and config.return_immediately else pending.done
+        if self.send_timeout is None:
+            return await fut
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self.send_timeout)
+        except TimeoutError:
+            # The task goes on; answer with where it is now rather than hold the caller forever.
+            active = self.registry.get(pending.message.task_id or "")
+            task = active.task if active is not None else None
+            if task is None:
+                return await pending.first
+            return _snapshot(task)
+
+    async def stream(self, request: SendMessageRequest, call: CallContext | None = None) -> AsyncIterator[StreamItem]:
+        """SendStreamingMessage: the events of this message's execution, ending when it ends."""
+        pending = await self._admit(request, call or CallContext(), streaming=True)
+        assert pending.started is not None
+        tap = await pending.started
+        try:
+            async for item in self._follow(tap, until_terminal=False):
+                yield item
+        finally:
+            self.bus.close_tap(tap)
+
+    async def _follow(self, tap: Tap, *, until_terminal: bool) -> AsyncIterator[StreamItem]:
+        while True:
+            try:
+                item = await tap.get()
+            except TapOverflowError:
+                # The reader fell behind: refill from the replay ring, or restart from a snapshot.
+                if not self.bus.reopen(tap):
+                    snap = await self._current(tap.task_id)
+                    if snap is not None:
+                        yield (tap.last_seq, snap, StreamResponse(task=snap).to_json())
+                continue
+            if item is END:
+                return
+            yield item
+            event = item[1]
+            if isinstance(event, Message):
+                if not until_terminal:
+                    return
+            elif isinstance(event, TaskStatusUpdateEvent):
+                state = event.status.state
+                if state in TERMINAL or (not until_terminal and state in INTERRUPTED):
+                    return
+            elif isinstance(event, Task) and event.status.state in TERMINAL:
+                return
+
+    async def _current(self, task_id: str) -> Task | None:
+        active = self.registry.get(task_id)
+        if active is not None and active.task is not None:
+            return _snapshot(active.task)
+        return None
+
+    # --- the runner --------------------------------------------------------------------------------------
+
+    async def _run(self, active: ActiveTask) -> None:
+        try:
+            while active.requests:
+                pending = active.requests.popleft()
+                task = active.task
+                if task is not None and task.status.state in TERMINAL:
+                    pending.reject(
+                        UnsupportedOperationError(
+                            f"task {task.id} became {task.status.state.name} while this message waited",
+                            task_id=task.id,
+                        )
+                    )
+                    continue
+                await self._execute(active, pending)
+        except asyncio.CancelledError:
+            # Shutdown: anything still running is failed so no task is left WORKING by a clean stop.
+            await self._finish_shutdown(active)
+        finally:
+            active.runner = None
+            self._running -= 1
+            if self.registry.get(active.task_id) is active:
+                del self.registry[active.task_id]
+            if not self.registry:
+                self._idle.set()
+
+    async def _finish_shutdown(self, active: ActiveTask) -> None:
+        pending = active.current
+        task = active.task
+        try:
+            if task is not None and task.status.state not in TERMINAL and task.status.state not in INTERRUPTED:
+                await self._write_status(active, TaskState.FAILED, "server shutdown")
+        except Exception:
+            log.exception("could not mark task %s failed at shutdown", active.task_id)
+        if pending is not None:
+            self._conclude(active, pending)
+
+    async def _execute(self, active: ActiveTask, pending: PendingRequest) -> None:
+        active.current = pending
+        active.agent_error = None
+        active.cancel_requested = False
+        active.message_mode = False
+        message = pending.message
+        task = active.task
+        if task is not None:
+            # A continuation: the user's message joins the history now; it is persisted with the next status write.
+            message.task_id = task.id
+            task.history.append(message)
+            active.dirty = True
+        context = RequestContext(
+            task_id=active.task_id,
+            context_id=active.context_id,
+            message=message,
+            task=_snapshot(task) if task is not None else None,
+            metadata=pending.metadata,
+            configuration=pending.configuration,
+            call=pending.call,
+        )
+        active.context = context
+        if pending.started is not None:
+            tap, _ = self.bus.open(active.task_id, base_seq=self._base_seq(active))
+            pending.tap = tap
+            pending.resolve(pending.started, tap)
+        queue = EventQueue(lambda event: self._on_event(active, pending, event))
+        try:
+            if task is not None:
+                # Every task stream starts with the Task (spec §5.5); for a continuation, the current snapshot.
+                snap = _snapshot(task)
+                await self._emit(active, snap, StreamResponse(task=snap).to_json(), persist=False)
+                pending.resolve(pending.first, snap)
+            if self.executor_timeout is not None:
+                await asyncio.wait_for(self.executor.execute(context, queue), self.executor_timeout)
+            else:
+                await self.executor.execute(context, queue)
+        except asyncio.CancelledError:
+            queue.close()
+            if not active.cancel_requested:
+                raise
+            await self._after_cancel(active, context)
+        except TimeoutError:
+            queue.close()
+            log.warning("task %s: executor timed out after %ss", active.task_id, self.executor_timeout)
+            await self._fail(active, f"The agent did not finish within {self.executor_timeout:g} seconds.")
+        except Exception as exc:
+            queue.close()
+            if active.agent_error is not None or isinstance(exc, InvalidAgentResponseError):
+                reason = active.agent_error or exc
+                log.error("task %s: invalid agent output: %s", active.task_id, reason)
+                await self._fail(active, "The agent produced an invalid response.")
+            else:
+                log.exception("task %s: executor raised", active.task_id)
+                await self._fail(active, _SAFE_FAILURE)
+        else:
+            queue.close()
+            if active.agent_error is not None:
+                log.error("task %s: invalid agent output: %s", active.task_id, active.agent_error)
+                await self._fail(active, "The agent produced an invalid response.")
+            else:
+                await self._check_outcome(active)
+        self._conclude(active, pending)
+
+    def _conclude(self, active: ActiveTask, pending: PendingRequest) -> None:
+        task = active.task
+        if active.message_mode:
+            reply = pending.first.result() if pending.first.done() and not pending.first.exception() else None
+            if reply is not None:
+                pending.resolve(pending.done, reply)
+        elif task is not None:
+            snap = _snapshot(task)
+            pending.resolve(pending.first, snap)
+            pending.resolve(pending.done, snap)
+        else:
+            pending.reject(InvalidAgentResponseError("the agent returned without replying"))
+        if pending.tap is not None:
+            pending.tap.finish()
+        active.current = None
+        active.context = None
+        if (task is not None and task.status.state in TERMINAL) or active.message_mode:
+            self.bus.forget(active.task_id)
+
+    async def _check_outcome(self, active: ActiveTask) -> None:
+        task = active.task
+        if active.message_mode:
+            return
+        if task is None:
+            log.error("task %s: the agent returned without publishing a Message or a Task", active.task_id)
+            return
+        if task.status.state in _ACTIVE_STATES:
+            log.error(
+                "task %s: the agent returned while the task was still %s",
+                active.task_id,
+                task.status.state.name,
+            )
+            await self._fail(active, "The agent stopped before finishing the task.")
+        elif active.dirty or active.chunks_since_flush:
+            await self._persist(active)
+
+    # --- events ------------------------------------------------------------------------------------------
+
+    async def _on_event(self, active: ActiveTask, pending: PendingRequest, event: Event) -> None:
+        if active.agent_error is not None:
+            raise active.agent_error
+        try:
+            await self._record(active, pending, event)
+        except InvalidAgentResponseError as exc:
+            active.agent_error = exc
+            raise
+
+    async def _record(self, active: ActiveTask, pending: PendingRequest, event: Event) -> None:
+        if isinstance(event, Message):
+            if active.task is not None or active.message_mode:
+                raise InvalidAgentResponseError(
+                    "a Message after the task was created, or a second Message: replies about a task are task events",
+                    task_id=active.task_id,
+                )
+            active.message_mode = True
+            if not event.context_id:
+                event.context_id = active.context_id
+            # A bare Message reply belongs to no task (the task id was only provisional).
+            event.task_id = ""
+            await self._emit(active, event, StreamResponse(message=event).to_json(), persist=False)
+            pending.resolve(pending.first, event)
+            return
+        if active.message_mode:
+            raise InvalidAgentResponseError("a task event after a Message reply", task_id=active.task_id)
+        event_task_id = event.id if isinstance(event, Task) else event.task_id
+        if event_task_id != active.task_id:
+            raise InvalidAgentResponseError(
+                f"event for task {event_task_id!r} published while executing task {active.task_id!r}"
+            )
+        if active.record is None:
+            await self._create(active, pending, event)
+            if isinstance(event, Task):
+                return
+        task = active.task
+        assert task is not None
+        if isinstance(event, TaskArtifactUpdateEvent):
+            apply(task, event)
+            active.chunks_since_flush += 1
+            now = time.monotonic()
+            flush = (
+                active.chunks_since_flush >= self.checkpoint_chunks
+                or now - active.last_flush >= self.checkpoint_seconds
+            )
+            await self._emit(active, event, StreamResponse(artifact_update=event).to_json(), persist=flush)
+        elif isinstance(event, TaskStatusUpdateEvent):
+            if event.context_id != active.context_id:
+                raise InvalidAgentResponseError(f"status event with contextId {event.context_id!r}")
+            event.status.timestamp = utc_now()
+            apply(task, event)
+            await self._emit(active, event, StreamResponse(status_update=event).to_json(), persist=True)
+        else:  # a Task object replacing the snapshot
+            if event.status.timestamp is None or event.status.state is not task.status.state:
+                event.status.timestamp = utc_now()
+            apply(task, event)
+            snap = _snapshot(task)
+            await self._emit(active, snap, StreamResponse(task=snap).to_json(), persist=True)
+        if not pending.first.done():
+            pending.resolve(pending.first, _snapshot(task))
+
+    async def _create(self, active: ActiveTask, pending: PendingRequest, event: Event) -> None:
+        message = pending.message
+        message.task_id = active.task_id
+        if isinstance(event, Task):
+            if event.context_id and event.context_id != active.context_id:
+                raise InvalidAgentResponseError(f"new task carries contextId {event.context_id!r}")
+            task = _snapshot(event)
+            task.context_id = active.context_id
+            if not task.history:
+                task.history = [message]
+            if task.status.state is TaskState.UNSPECIFIED:
+                task.status.state = TaskState.SUBMITTED
+            task.status.timestamp = utc_now()
+        else:
+            task = Task(
+                id=active.task_id,
+                context_id=active.context_id,
+                status=TaskStatus(state=TaskState.SUBMITTED, timestamp=utc_now()),
+                history=[message],
+            )
+        active.record = TaskRecord(task, active.tenant, active.owner, 0, self.bus.last_seq(active.task_id))
+        # Published events are immutable: subscribers read them later, while the live task keeps changing.
+        snap = _snapshot(task)
+        await self._emit(active, snap, StreamResponse(task=snap).to_json(), persist=True)
+        pending.resolve(pending.first, snap)
+
+    def _base_seq(self, active: ActiveTask) -> int:
+        return active.record.event_seq if active.record is not None else 0
+
+    async def _emit(self, active: ActiveTask, event: Any, data: bytes, *, persist: bool) -> int:
+        """Persist (when asked) and then publish one event. The stored ``event_seq`` names this very event, so a
+        subscriber that starts from the stored task resumes exactly after it."""
+        record = active.record
+        if persist and record is not None:
+            record.event_seq = self.bus.last_seq(active.task_id, record.event_seq) + 1
+            await self._persist(active)
+        return await self._publish(active, event, data)
+
+    async def _publish(self, active: ActiveTask, event: Any, data: bytes) -> int:
+        terminal = isinstance(event, Message) or (
+            isinstance(event, TaskStatusUpdateEvent | Task) and event.status.state in TERMINAL
+        )
+        seq = await self.bus.publish(active.task_id, event, data, terminal=terminal, base_seq=self._base_seq(active))
+        if active.record is not None:
+            active.record.event_seq = seq
+        if self.on_event is not None:
+            try:
+                await self.on_event(active, seq, event, data)
+            except Exception:
+                log.exception("task %s: event hook failed", active.task_id)
+        return seq
+
+    async def _persist(self, active: ActiveTask) -> None:
+        record = active.record
+        if record is None:
+            return
+        active.dirty = False
+        active.chunks_since_flush = 0
+        active.last_flush = time.monotonic()
+        if self._sync_store:
+            await self.store.save(record)
+            return
+        # Finish a write before honouring a cancellation, so a cancel never tears or forgets a write.
+        write = asyncio.ensure_future(self.store.save(record))
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await write
+            raise
+
+    async def _write_status(self, active: ActiveTask, state: TaskState, text: str) -> None:
+        task = active.task
+        if task is None:
+            return
+        event = TaskStatusUpdateEvent(
+            task_id=task.id,
+            context_id=task.context_id,
+            status=TaskStatus(state=state, message=_agent_message(text, task.id, task.context_id), timestamp=utc_now()),
+        )
+        apply(task, event)
+        await self._emit(active, event, StreamResponse(status_update=event).to_json(), persist=True)
+
+    async def _fail(self, active: ActiveTask, text: str) -> None:
+        task = active.task
+        if task is None:
+            if not active.message_mode and active.current is not None:
+                # Nothing was created: fail the request itself, not a task.
+                active.current.reject(InvalidAgentResponseError(text))
+            return
+        if task.status.state in TERMINAL:
+            if active.dirty or active.chunks_since_flush:
+                await self._persist(active)
+            return
+        await self._write_status(active, TaskState.FAILED, text)
+
+    # --- cancel ------------------------------------------------------------------------------------------
+
+    async def cancel(self, task_id: str, call: CallContext | None = None, *, tenant: str = "") -> Task:
+        """CancelTask: CANCELED is persisted before this returns; a terminal task raises TaskNotCancelableError."""
+        call = call or CallContext()
+        tenant = tenant or call.tenant
+        active = self.registry.get(task_id)
+        if active is not None and (active.tenant != tenant or active.owner != call.user):
+            active = None
+        if active is not None and active.task is not None and active.current is not None and active.runner:
+            task = active.task
+            if task.status.state in TERMINAL:
+                raise TaskNotCancelableError(f"task {task_id} is already {task.status.state.name}", task_id=task_id)
+            return await self._cancel_running(active)
+        record = await self.store.get(task_id, tenant=tenant, owner=call.user)
+        if record is None:
+            raise TaskNotFoundError(task_id=task_id)
+        if record.task.status.state in TERMINAL:
+            raise TaskNotCancelableError(f"task {task_id} is already {record.task.status.state.name}", task_id=task_id)
+        # Not executing (interrupted, or between messages): run cancel() and write CANCELED here.
+        idle = ActiveTask(task_id, record.task.context_id, tenant, call.user, record)
+        context = RequestContext(
+            task_id=task_id,
+            context_id=record.task.context_id,
+            message=None,
+            task=_snapshot(record.task),
+            call=call,
+        )
+        context.cancel_event.set()
+        await self._after_cancel(idle, context)
+        assert idle.task is not None
+        return _snapshot(idle.task)
+
+    async def _cancel_running(self, active: ActiveTask) -> Task:
+        runner = active.runner
+        context = active.context
+        assert runner is not None
+        active.cancel_requested = True
+        if context is not None:
+            context.cancel_event.set()
+        pending = active.current
+        if self.cancel_grace > 0 and pending is not None:
+            # Let a cooperative executor finish on its own first.
+            await asyncio.wait({pending.done}, timeout=self.cancel_grace)
+        if active.current is pending and pending is not None and not pending.done.done():
+            runner.cancel()
+        done = pending.done if pending is not None else None
+        if done is not None:
+            await asyncio.wait({done})
+        task = active.task
+        assert task is not None
+        if task.status.state is not TaskState.CANCELED and task.status.state not in TERMINAL:
+            raise TaskNotCancelableError(f"task {active.task_id} could not be canceled", task_id=active.task_id)
+        return _snapshot(task)
+
+    async def _after_cancel(self, active: ActiveTask, context: RequestContext) -> None:
+        queue = EventQueue(lambda event: self._on_cancel_event(active, event))
+        try:
+            await self.executor.cancel(context, queue)
+        except TaskNotCancelableError:
+            if active.current is None:
+                raise
+            log.warning("task %s: executor refused cancel after execute was interrupted", active.task_id)
+        finally:
+            queue.close()
+        task = active.task
+        if task is not None and task.status.state not in TERMINAL:
+            await self._write_status(active, TaskState.CANCELED, "Task canceled.")
+
+    async def _on_cancel_event(self, active: ActiveTask, event: Event) -> None:
+        if not isinstance(event, TaskStatusUpdateEvent | TaskArtifactUpdateEvent):
+            raise InvalidAgentResponseError("cancel() may only publish status or artifact updates")
+        task = active.task
+        assert task is not None
+        if isinstance(event, TaskStatusUpdateEvent):
+            event.status.timestamp = utc_now()
+        apply(task, event)
+        payload = (
+            StreamResponse(status_update=event)
+            if isinstance(event, TaskStatusUpdateEvent)
+            else StreamResponse(artifact_update=event)
+        )
+        await self._emit(active, event, payload.to_json(), persist=True)
+
+    # --- reads and subscriptions -------------------------------------------------------------------------
+
+    async def get_task(self, task_id: str, call: CallContext | None = None, *, tenant: str = "") -> Task:
+        """The task as stored, or as it is right now when it is executing in this process."""
+        call = call or CallContext()
+        tenant = tenant or call.tenant
+        active = self.registry.get(task_id)
+        if active is not None and active.task is not None and active.tenant == tenant and active.owner == call.user:
+            return _snapshot(active.task)
+        record = await self.store.get(task_id, tenant=tenant, owner=call.user)
+        if record is None:
+            raise TaskNotFoundError(task_id=task_id)
+        return record.task
+
+    async def subscribe(
+        self,
+        task_id: str,
+        call: CallContext | None = None,
+        *,
+        tenant: str = "",
+        last_event_id: int | None = None,
+    ) -> AsyncIterator[StreamItem]:
+        """SubscribeToTask: Task snapshot first (or the events after ``last_event_id``), then until terminal."""
+        call = call or CallContext()
+        tenant = tenant or call.tenant
+        record = await self.store.get(task_id, tenant=tenant, owner=call.user)
+        active = self.registry.get(task_id)
+        if active is not None and (active.tenant != tenant or active.owner != call.user or active.task is None):
+            active = None
+        if record is None and active is None:
+            raise TaskNotFoundError(task_id=task_id)
+        # No await from here until the tap is open: the snapshot and the tap's starting point must agree.
+        if active is not None:
+            assert active.record is not None
+            snapshot, stored_seq = (
+                _snapshot(active.record.task),
+                self.bus.last_seq(task_id, active.record.event_seq),
+            )
+        else:
+            assert record is not None
+            snapshot, stored_seq = record.task, record.event_seq
+        if snapshot.status.state in TERMINAL:
+            raise UnsupportedOperationError(
+                f"task {task_id} is {snapshot.status.state.name}; only active tasks can be subscribed to "
+                "(use GetTask for the final state)",
+                task_id=task_id,
+            )
+        if self.bus.tap_count(task_id) >= self.max_subscribers:
+            raise ResourceExhaustedError(f"task {task_id} already has {self.max_subscribers} subscribers")
+        if last_event_id is not None:
+            tap, gap = self.bus.open(task_id, after=last_event_id, base_seq=stored_seq)
+            if not gap:
+                return self._subscription(tap, None)
+            self.bus.close_tap(tap)
+        # From the snapshot: it stands for every event up to ``stored_seq``; replay whatever came after it.
+        tap, gap = self.bus.open(task_id, after=stored_seq, base_seq=stored_seq)
+        if gap:
+            self.bus.close_tap(tap)
+            tap, _ = self.bus.open(task_id, base_seq=stored_seq)
+            stored_seq = tap.last_seq
+        return self._subscription(tap, (stored_seq, snapshot))
+
+    async def _subscription(self, tap: Tap, first: tuple[int, Task] | None) -> AsyncIterator[StreamItem]:
+        try:
+            if first is not None:
+                seq, task = first
+                yield (seq, task, StreamResponse(task=task).to_json())
+            async for item in self._follow(tap, until_terminal=True):
+                yield item
+        finally:
+            self.bus.close_tap(tap)

@@ -1,0 +1,134 @@
+"""``TaskUpdater``: publish a task's lifecycle without building events by hand.
+
+>>> # inside AgentExecutor.execute(context, queue):
+>>> # updater = TaskUpdater(queue, context)
+>>> # await updater.working("thinking")
+>>> # await updater.artifact("partial", artifact_id="out", append=True)
+>>> # await updater.complete()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relaykit._model import utc_now
+from relaykit._types import (
+    Artifact,
+    Message,
+    Part,
+    Role,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+    new_id,
+)
+from relaykit.server._context import RequestContext
+from relaykit.server._queue import EventQueue
+
+__all__ = ["EventEmitter", "TaskUpdater"]
+
+
+class TaskUpdater:
+    """Builds and publishes status and artifact events for one task."""
+
+    __slots__ = ("context_id", "queue", "task_id")
+
+    def __init__(self, queue: EventQueue, context: RequestContext) -> None:
+        self.queue = queue
+        self.task_id = context.task_id
+        self.context_id = context.context_id
+
+    def message(self, content: str | Part | list[Part], **metadata: Any) -> Message:
+        """An agent message bound to this task and context."""
+        parts = (
+            [Part(text=content)] if isinstance(content, str) else [content] if isinstance(content, Part) else content
+        )
+        return Message(
+            message_id=new_id(),
+            role=Role.AGENT,
+            parts=parts,
+            task_id=self.task_id,
+            context_id=self.context_id,
+            metadata=metadata or None,
+        )
+
+    async def update(self, state: TaskState, message: str | Message | None = None) -> None:
+        """Publish a status change (the engine stamps the time)."""
+        msg = self.message(message) if isinstance(message, str) else message
+        await self.queue.enqueue_event(
+            TaskStatusUpdateEvent(
+                task_id=self.task_id,
+                context_id=self.context_id,
+                status=TaskStatus(state=state, message=msg, timestamp=utc_now()),
+            )
+        )
+
+    async def submit(self, message: str | Message | None = None) -> None:
+        """SUBMITTED."""
+        await self.update(TaskState.SUBMITTED, message)
+
+    async def working(self, message: str | Message | None = None) -> None:
+        """WORKING, optionally with a progress message."""
+        await self.update(TaskState.WORKING, message)
+
+    start_work = working
+
+    async def complete(self, message: str | Message | None = None) -> None:
+        """COMPLETED."""
+        await self.update(TaskState.COMPLETED, message)
+
+    async def fail(self, message: str | Message | None = None) -> None:
+        """FAILED, with a reason the client will see."""
+        await self.update(TaskState.FAILED, message)
+
+    failed = fail
+
+    async def reject(self, message: str | Message | None = None) -> None:
+        """REJECTED."""
+        await self.update(TaskState.REJECTED, message)
+
+    async def cancel(self, message: str | Message | None = None) -> None:
+        """CANCELED."""
+        await self.update(TaskState.CANCELED, message)
+
+    async def requires_input(self, message: str | Message) -> None:
+        """INPUT_REQUIRED with the question for the user; return from ``execute`` afterwards."""
+        await self.update(TaskState.INPUT_REQUIRED, message)
+
+    async def requires_auth(self, message: str | Message) -> None:
+        """AUTH_REQUIRED with what is needed; return from ``execute`` afterwards."""
+        await self.update(TaskState.AUTH_REQUIRED, message)
+
+    async def artifact(
+        self,
+        content: str | Part | list[Part],
+        *,
+        artifact_id: str | None = None,
+        name: str = "",
+        append: bool = False,
+        last_chunk: bool = False,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Publish an artifact (or a chunk of one with ``append=True``); returns its id for later chunks."""
+        art = Artifact.of(content, artifact_id=artifact_id, name=name, metadata=metadata)
+        await self.queue.enqueue_event(
+            TaskArtifactUpdateEvent(
+                task_id=self.task_id,
+                context_id=self.context_id,
+                artifact=art,
+                append=append,
+                last_chunk=last_chunk,
+            )
+        )
+        return art.artifact_id
+
+    add_artifact = artifact
+
+    async def complete_with_text(self, text: str, *, name: str = "") -> None:
+        """One text artifact, then COMPLETED: the whole reply of a simple agent."""
+        await self.artifact(text, name=name)
+        await self.complete()
+
+
+EventEmitter = TaskUpdater

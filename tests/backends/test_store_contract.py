@@ -1,0 +1,553 @@
+"""The one contract every TaskStore / PushConfigStore keeps, run against each implementation.
+
+A new backend adds one entry to ``_FACTORIES`` (a function from the test's tmp_path to a fresh, unstarted pair of
+stores); the fixture starts and closes it, and every test below runs against it unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from relaykit._types import (
+    AuthenticationInfo,
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+)
+from relaykit.backends import (
+    ConflictError,
+    MemoryPushConfigStore,
+    MemoryTaskStore,
+    PushConfigStore,
+    TaskQuery,
+    TaskRecord,
+    TaskStore,
+)
+from relaykit.backends._paging import encode_token, timestamp_us
+from relaykit.backends._sqlite import SQLitePushConfigStore, SQLiteTaskStore
+
+
+@dataclass
+class Stores:
+    tasks: TaskStore
+    push: PushConfigStore
+
+
+def _memory(tmp_path: Path) -> Stores:
+    return Stores(MemoryTaskStore(), MemoryPushConfigStore())
+
+
+def _sqlite(tmp_path: Path) -> Stores:
+    tasks = SQLiteTaskStore(str(tmp_path / "t.db"))
+    return Stores(tasks, SQLitePushConfigStore(tasks))
+
+
+_FACTORIES: dict[str, Callable[[Path], Stores]] = {"memory": _memory, "sqlite": _sqlite}
+
+
+@pytest.fixture(params=sorted(_FACTORIES))
+async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
+    pair = _FACTORIES[request.param](tmp_path)
+    await pair.tasks.start()
+    await pair.push.start()
+    try:
+        yield pair
+    finally:
+        await pair.push.close()
+        await pair.tasks.close()
+
+
+@pytest.fixture
+def store(stores: Stores) -> TaskStore:
+    return stores.tasks
+
+
+@pytest.fixture
+def push(stores: Stores) -> PushConfigStore:
+    return stores.push
+
+
+# Whole milliseconds: the wire (and so a stored body) keeps millisecond precision.
+BASE = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return BASE + timedelta(milliseconds=round(seconds * 1000))
+
+
+def make_task(
+    task_id: str,
+    *,
+    ts: datetime | None = BASE,
+    state: TaskState = TaskState.WORKING,
+    context_id: str = "ctx",
+    text: str = "",
+) -> Task:
+    history = [Message(message_id=f"m-{task_id}", role=Role.USER, parts=[Part(text=text or task_id)])]
+    return Task(id=task_id, context_id=context_id, status=TaskStatus(state=state, timestamp=ts), history=history)
+
+
+async def insert(
+    store: TaskStore, task: Task, *, tenant: str = "", owner: str = "anonymous"
+) -> TaskRecord:
+    record = TaskRecord(task, tenant, owner)
+    await store.save(record)
+    return record
+
+
+async def list_ids(store: TaskStore, **query: object) -> list[str]:
+    page = await store.list(TaskQuery(**query))  # type: ignore[arg-type]
+    return [task.id for task in page.tasks]
+
+
+# --- get / save ---------------------------------------------------------------------------------------------
+
+
+async def test_get_missing_returns_none(store: TaskStore) -> None:
+    assert await store.get("nope") is None
+
+
+async def test_get_out_of_scope_returns_none(store: TaskStore) -> None:
+    await insert(store, make_task("t1"), tenant="acme", owner="alice")
+    assert await store.get("t1", tenant="other", owner="alice") is None
+    assert await store.get("t1", tenant="acme", owner="bob") is None
+    assert await store.get("t1") is None
+    record = await store.get("t1", tenant="acme", owner="alice")
+    assert record is not None
+    assert (record.tenant, record.owner) == ("acme", "alice")
+
+
+async def test_insert_then_get_round_trips(store: TaskStore) -> None:
+    task = make_task("t1", text="hello")
+    record = await insert(store, task)
+    assert record.version == 1
+    got = await store.get("t1")
+    assert got is not None
+    assert got.task == task
+    assert got.version == 1
+    assert (got.tenant, got.owner) == ("", "anonymous")
+
+
+async def test_update_bumps_version(store: TaskStore) -> None:
+    await insert(store, make_task("t1"))
+    record = await store.get("t1")
+    assert record is not None
+    record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=at(1))
+    await store.save(record)
+    assert record.version == 2
+    got = await store.get("t1")
+    assert got is not None
+    assert got.version == 2
+    assert got.task.status.state is TaskState.COMPLETED
+
+
+async def test_the_stored_copy_is_not_the_callers_object(store: TaskStore) -> None:
+    task = make_task("t1", text="original")
+    await insert(store, task)
+    task.history[0].parts[0].text = "mutated after save"
+    got = await store.get("t1")
+    assert got is not None
+    assert got.task.history[0].parts[0].text == "original"
+
+
+async def test_stale_write_conflicts_and_changes_nothing(store: TaskStore) -> None:
+    await insert(store, make_task("t1"))
+    first = await store.get("t1")
+    second = await store.get("t1")
+    assert first is not None
+    assert second is not None
+    first.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=at(1))
+    await store.save(first)
+
+    second.task.status = TaskStatus(state=TaskState.FAILED, timestamp=at(2))
+    with pytest.raises(ConflictError):
+        await store.save(second)
+    assert second.version == 1
+    got = await store.get("t1")
+    assert got is not None
+    assert got.version == 2
+    assert got.task.status.state is TaskState.COMPLETED
+    assert got.task == first.task
+
+
+async def test_duplicate_insert_conflicts(store: TaskStore) -> None:
+    await insert(store, make_task("t1", text="first"))
+    duplicate = TaskRecord(make_task("t1", text="second"))
+    with pytest.raises(ConflictError):
+        await store.save(duplicate)
+    assert duplicate.version == 0
+    got = await store.get("t1")
+    assert got is not None
+    assert got.task.history[0].parts[0].text == "first"
+
+
+async def test_duplicate_insert_in_another_scope_conflicts(store: TaskStore) -> None:
+    # Task ids are global: another tenant cannot take over (or shadow) an existing id.
+    await insert(store, make_task("t1"), tenant="acme")
+    with pytest.raises(ConflictError):
+        await insert(store, make_task("t1"), tenant="other")
+    assert await store.get("t1", tenant="other") is None
+
+
+async def test_update_of_missing_task_conflicts(store: TaskStore) -> None:
+    with pytest.raises(ConflictError):
+        await store.save(TaskRecord(make_task("ghost"), version=3))
+    assert await store.get("ghost") is None
+
+
+async def test_update_cannot_move_a_task_to_another_scope(store: TaskStore) -> None:
+    await insert(store, make_task("t1"), tenant="acme", owner="alice")
+    record = await store.get("t1", tenant="acme", owner="alice")
+    assert record is not None
+    record.owner = "mallory"
+    with pytest.raises(ConflictError):
+        await store.save(record)
+    assert await store.get("t1", tenant="acme", owner="mallory") is None
+    assert await store.get("t1", tenant="acme", owner="alice") is not None
+
+
+# --- list ---------------------------------------------------------------------------------------------------
+
+
+async def test_list_orders_by_status_timestamp_desc_then_id_desc(store: TaskStore) -> None:
+    await insert(store, make_task("a", ts=at(2)))
+    await insert(store, make_task("b", ts=at(1)))
+    await insert(store, make_task("c", ts=at(2)))
+    await insert(store, make_task("d", ts=at(3)))
+    await insert(store, make_task("e", ts=at(1)))
+    assert await list_ids(store) == ["d", "c", "a", "e", "b"]
+
+
+async def test_list_follows_updates_of_the_status_timestamp(store: TaskStore) -> None:
+    await insert(store, make_task("a", ts=at(1)))
+    await insert(store, make_task("b", ts=at(2)))
+    record = await store.get("a")
+    assert record is not None
+    record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=at(3))
+    await store.save(record)
+    assert await list_ids(store) == ["a", "b"]
+    assert await list_ids(store, state=TaskState.WORKING) == ["b"]
+
+
+async def test_list_filters_by_context_id(store: TaskStore) -> None:
+    await insert(store, make_task("a", context_id="c1", ts=at(1)))
+    await insert(store, make_task("b", context_id="c2", ts=at(2)))
+    await insert(store, make_task("c", context_id="c1", ts=at(3)))
+    assert await list_ids(store, context_id="c1") == ["c", "a"]
+    assert await list_ids(store, context_id="c2") == ["b"]
+    assert await list_ids(store, context_id="none") == []
+
+
+async def test_list_filters_by_state(store: TaskStore) -> None:
+    await insert(store, make_task("a", state=TaskState.WORKING, ts=at(1)))
+    await insert(store, make_task("b", state=TaskState.COMPLETED, ts=at(2)))
+    await insert(store, make_task("c", state=TaskState.INPUT_REQUIRED, ts=at(3)))
+    await insert(store, make_task("d", state=TaskState.COMPLETED, ts=at(4)))
+    assert await list_ids(store, state=TaskState.COMPLETED) == ["d", "b"]
+    assert await list_ids(store, state=TaskState.INPUT_REQUIRED) == ["c"]
+    assert await list_ids(store, state=TaskState.CANCELED) == []
+
+
+async def test_list_status_after_is_inclusive(store: TaskStore) -> None:
+    await insert(store, make_task("a", ts=at(1)))
+    await insert(store, make_task("b", ts=at(2)))
+    await insert(store, make_task("c", ts=at(3)))
+    assert await list_ids(store, status_after=at(2)) == ["c", "b"]
+    assert await list_ids(store, status_after=at(2.001)) == ["c"]
+    assert await list_ids(store, status_after=at(4)) == []
+
+
+async def test_list_combines_filters(store: TaskStore) -> None:
+    await insert(store, make_task("a", context_id="c1", state=TaskState.COMPLETED, ts=at(1)))
+    await insert(store, make_task("b", context_id="c1", state=TaskState.COMPLETED, ts=at(2)))
+    await insert(store, make_task("c", context_id="c2", state=TaskState.COMPLETED, ts=at(3)))
+    await insert(store, make_task("d", context_id="c1", state=TaskState.WORKING, ts=at(4)))
+    page = await store.list(TaskQuery(context_id="c1", state=TaskState.COMPLETED, status_after=at(1.5)))
+    assert [t.id for t in page.tasks] == ["b"]
+    assert page.total_size == 1
+
+
+async def test_list_is_scoped_by_tenant_and_owner(store: TaskStore) -> None:
+    await insert(store, make_task("a1", ts=at(1)), tenant="acme", owner="alice")
+    await insert(store, make_task("a2", ts=at(2)), tenant="acme", owner="alice")
+    await insert(store, make_task("b1", ts=at(3)), tenant="acme", owner="bob")
+    await insert(store, make_task("x1", ts=at(4)), tenant="other", owner="alice")
+    await insert(store, make_task("n1", ts=at(5)))
+    assert await list_ids(store, tenant="acme", owner="alice") == ["a2", "a1"]
+    assert await list_ids(store, tenant="acme", owner="bob") == ["b1"]
+    assert await list_ids(store, tenant="other", owner="alice") == ["x1"]
+    assert await list_ids(store) == ["n1"]
+    assert await list_ids(store, tenant="nobody", owner="alice") == []
+    page = await store.list(TaskQuery(tenant="acme", owner="alice", page_size=1))
+    assert page.total_size == 2
+
+
+async def test_list_empty(store: TaskStore) -> None:
+    page = await store.list(TaskQuery())
+    assert page.tasks == []
+    assert page.next_page_token == ""
+    assert page.total_size == 0
+
+
+@pytest.mark.parametrize("count", [6, 7])
+@pytest.mark.parametrize("page_size", [1, 2, 3])
+async def test_pagination_visits_every_task_once(store: TaskStore, count: int, page_size: int) -> None:
+    # Ties on the timestamp (two tasks per instant) make the id tie-break part of the cursor.
+    expected = []
+    for i in range(count):
+        task_id = f"t{i:02d}"
+        await insert(store, make_task(task_id, ts=at(i // 2)))
+        expected.append((i // 2, task_id))
+    expected_ids = [task_id for _, task_id in sorted(expected, reverse=True)]
+    # Tasks of another owner and another context must neither show up nor shift the pages.
+    await insert(store, make_task("zz-other-owner", ts=at(1)), owner="someone-else")
+
+    seen: list[str] = []
+    token = ""
+    pages = 0
+    while True:
+        page = await store.list(TaskQuery(page_size=page_size, page_token=token))
+        pages += 1
+        assert page.total_size == count
+        assert 0 < len(page.tasks) <= page_size
+        seen.extend(task.id for task in page.tasks)
+        token = page.next_page_token
+        if not token:
+            break
+        assert len(page.tasks) == page_size
+        assert pages <= count, "pagination does not end"
+    assert seen == expected_ids
+    assert pages == -(-count // page_size)
+
+
+async def test_pagination_with_filters_counts_only_matches(store: TaskStore) -> None:
+    for i in range(5):
+        await insert(store, make_task(f"in{i}", context_id="c1", ts=at(i)))
+        await insert(store, make_task(f"out{i}", context_id="c2", ts=at(i)))
+    first = await store.list(TaskQuery(context_id="c1", page_size=3))
+    assert [t.id for t in first.tasks] == ["in4", "in3", "in2"]
+    assert first.total_size == 5
+    second = await store.list(TaskQuery(context_id="c1", page_size=3, page_token=first.next_page_token))
+    assert [t.id for t in second.tasks] == ["in1", "in0"]
+    assert second.total_size == 5
+    assert second.next_page_token == ""
+
+
+async def test_cursor_survives_deletion_of_its_task(store: TaskStore) -> None:
+    for i in range(4):
+        await insert(store, make_task(f"t{i}", ts=at(i)))
+    first = await store.list(TaskQuery(page_size=2))
+    assert [t.id for t in first.tasks] == ["t3", "t2"]
+    assert await store.delete("t2")
+    second = await store.list(TaskQuery(page_size=2, page_token=first.next_page_token))
+    assert [t.id for t in second.tasks] == ["t1", "t0"]
+    assert second.total_size == 3
+
+
+async def test_page_token_is_the_shared_keyset_cursor(store: TaskStore) -> None:
+    # A token names a position, not a stored row: any store reads another store's tokens the same way.
+    for i in range(3):
+        await insert(store, make_task(f"t{i}", ts=at(i)))
+    token = encode_token((timestamp_us(at(1)), "t1"))
+    assert await list_ids(store, page_token=token) == ["t0"]
+
+
+@pytest.mark.parametrize("token", ["!!!", "bm90YXRva2Vu", "YWJjOmRlZg", "%%%%", "ö"])
+async def test_malformed_page_token_raises_value_error(store: TaskStore, token: str) -> None:
+    await insert(store, make_task("t1"))
+    with pytest.raises(ValueError, match="page token"):
+        await store.list(TaskQuery(page_token=token))
+
+
+# --- delete -------------------------------------------------------------------------------------------------
+
+
+async def test_delete(store: TaskStore) -> None:
+    await insert(store, make_task("t1"), tenant="acme", owner="alice")
+    assert not await store.delete("t1", tenant="acme", owner="bob")
+    assert not await store.delete("t1", tenant="other", owner="alice")
+    assert await store.get("t1", tenant="acme", owner="alice") is not None
+    assert await store.delete("t1", tenant="acme", owner="alice")
+    assert await store.get("t1", tenant="acme", owner="alice") is None
+    assert not await store.delete("t1", tenant="acme", owner="alice")
+    assert await list_ids(store, tenant="acme", owner="alice") == []
+
+
+async def test_deleted_id_can_be_inserted_again(store: TaskStore) -> None:
+    await insert(store, make_task("t1"))
+    assert await store.delete("t1")
+    record = await insert(store, make_task("t1", text="again"))
+    assert record.version == 1
+
+
+# --- fail_orphans / purge -----------------------------------------------------------------------------------
+
+
+async def test_fail_orphans_only_touches_submitted_and_working(store: TaskStore) -> None:
+    by_state = {state: f"t-{state.name.lower()}" for state in TaskState if state is not TaskState.UNSPECIFIED}
+    for state, task_id in by_state.items():
+        await insert(store, make_task(task_id, state=state, ts=at(1)), tenant="acme", owner="alice")
+    before = {task_id: await store.get(task_id, tenant="acme", owner="alice") for task_id in by_state.values()}
+
+    assert await store.fail_orphans("server restarted") == 2
+
+    for state, task_id in by_state.items():
+        record = await store.get(task_id, tenant="acme", owner="alice")
+        old = before[task_id]
+        assert record is not None
+        assert old is not None
+        if state in (TaskState.SUBMITTED, TaskState.WORKING):
+            status = record.task.status
+            assert status.state is TaskState.FAILED
+            assert status.message is not None
+            assert status.message.role is Role.AGENT
+            assert [p.text for p in status.message.parts] == ["server restarted"]
+            assert status.timestamp is not None
+            assert status.timestamp > at(1)
+            assert record.task.history == [*old.task.history, status.message]
+            assert record.version == old.version + 1
+        else:
+            assert record.task == old.task
+            assert record.version == old.version
+    assert await store.fail_orphans("server restarted") == 0
+
+
+async def test_fail_orphans_invalidates_records_read_before(store: TaskStore) -> None:
+    await insert(store, make_task("t1"))
+    stale = await store.get("t1")
+    assert stale is not None
+    await store.fail_orphans("server restarted")
+    stale.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=at(5))
+    with pytest.raises(ConflictError):
+        await store.save(stale)
+
+
+async def test_fail_orphans_moves_tasks_in_the_list_order(store: TaskStore) -> None:
+    await insert(store, make_task("old-working", ts=at(1)))
+    await insert(store, make_task("newer-done", state=TaskState.COMPLETED, ts=at(2)))
+    await store.fail_orphans("server restarted")
+    # The failure is the newest status change, so the failed task now lists first and matches FAILED.
+    assert await list_ids(store) == ["old-working", "newer-done"]
+    assert await list_ids(store, state=TaskState.FAILED) == ["old-working"]
+    assert await list_ids(store, state=TaskState.WORKING) == []
+
+
+async def test_purge_deletes_only_old_terminal_tasks(store: TaskStore) -> None:
+    terminal = [TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED]
+    live = [TaskState.SUBMITTED, TaskState.WORKING, TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED]
+    for state in terminal + live:
+        await insert(store, make_task(f"old-{state.name}", state=state, ts=at(1)))
+        await insert(store, make_task(f"new-{state.name}", state=state, ts=at(10)))
+    await insert(store, make_task("edge-COMPLETED", state=TaskState.COMPLETED, ts=at(5)))
+    await insert(store, make_task("other-scope", state=TaskState.COMPLETED, ts=at(1)), tenant="acme")
+
+    assert await store.purge(at(5)) == len(terminal) + 1
+
+    remaining = set(await list_ids(store, page_size=100))
+    assert remaining == {f"old-{s.name}" for s in live} | {f"new-{s.name}" for s in terminal + live} | {
+        "edge-COMPLETED"
+    }
+    assert await store.get("other-scope", tenant="acme") is None
+    assert await store.purge(at(5)) == 0
+
+
+# --- push configs -------------------------------------------------------------------------------------------
+
+
+def make_config(task_id: str, config_id: str, *, tenant: str = "", url: str = "") -> TaskPushNotificationConfig:
+    return TaskPushNotificationConfig(
+        tenant=tenant,
+        task_id=task_id,
+        id=config_id,
+        url=url or f"https://hooks.example.com/{task_id}/{config_id}",
+        token=f"tok-{config_id}",
+        authentication=AuthenticationInfo(scheme="Bearer", credentials="secret"),
+    )
+
+
+async def test_push_put_get_round_trips(push: PushConfigStore) -> None:
+    config = make_config("t1", "c1", tenant="acme")
+    await push.put(config, owner="alice")
+    assert await push.get("t1", "c1", tenant="acme", owner="alice") == config
+
+
+async def test_push_get_missing_returns_none(push: PushConfigStore) -> None:
+    assert await push.get("t1", "c1") is None
+    await push.put(make_config("t1", "c1"))
+    assert await push.get("t1", "c2") is None
+    assert await push.get("t2", "c1") is None
+
+
+async def test_push_is_scoped_by_tenant_owner_and_task(push: PushConfigStore) -> None:
+    await push.put(make_config("t1", "c1", tenant="acme"), owner="alice")
+    assert await push.get("t1", "c1", tenant="other", owner="alice") is None
+    assert await push.get("t1", "c1", tenant="acme", owner="bob") is None
+    assert await push.get("t1", "c1") is None
+    assert await push.list("t1", tenant="other", owner="alice") == []
+    assert await push.list("t1", tenant="acme", owner="bob") == []
+    assert await push.list("t2", tenant="acme", owner="alice") == []
+    assert not await push.delete("t1", "c1", tenant="acme", owner="bob")
+    assert not await push.delete("t1", "c1", tenant="other", owner="alice")
+    assert await push.get("t1", "c1", tenant="acme", owner="alice") is not None
+
+
+async def test_push_same_ids_in_different_scopes_are_independent(push: PushConfigStore) -> None:
+    await push.put(make_config("t1", "c1", url="https://a.example.com/"), owner="alice")
+    await push.put(make_config("t1", "c1", url="https://b.example.com/"), owner="bob")
+    alice = await push.get("t1", "c1", owner="alice")
+    bob = await push.get("t1", "c1", owner="bob")
+    assert alice is not None
+    assert bob is not None
+    assert (alice.url, bob.url) == ("https://a.example.com/", "https://b.example.com/")
+    assert await push.delete("t1", "c1", owner="alice")
+    assert await push.get("t1", "c1", owner="bob") == bob
+
+
+async def test_push_several_per_task_listed_oldest_first(push: PushConfigStore) -> None:
+    configs = [make_config("t1", config_id) for config_id in ("zeta", "alpha", "mid")]
+    for config in configs:
+        await push.put(config)
+    await push.put(make_config("t2", "other"))
+    assert await push.list("t1") == configs
+
+
+async def test_push_put_replaces(push: PushConfigStore) -> None:
+    await push.put(make_config("t1", "c1", url="https://old.example.com/"))
+    await push.put(make_config("t1", "c2"))
+    await push.put(make_config("t1", "c1", url="https://new.example.com/"))
+    got = await push.get("t1", "c1")
+    assert got is not None
+    assert got.url == "https://new.example.com/"
+    listed = await push.list("t1")
+    assert sorted(c.id for c in listed) == ["c1", "c2"]
+    assert {c.id: c.url for c in listed}["c1"] == "https://new.example.com/"
+
+
+async def test_push_delete(push: PushConfigStore) -> None:
+    await push.put(make_config("t1", "c1"))
+    await push.put(make_config("t1", "c2"))
+    assert await push.delete("t1", "c1")
+    assert await push.get("t1", "c1") is None
+    assert [c.id for c in await push.list("t1")] == ["c2"]
+    assert not await push.delete("t1", "c1")
+    assert not await push.delete("t1", "never")
+    assert not await push.delete("nope", "never")
+    assert await push.delete("t1", "c2")
+    assert await push.list("t1") == []
+
+
+async def test_push_delete_then_put_goes_last(push: PushConfigStore) -> None:
+    await push.put(make_config("t1", "c1"))
+    await push.put(make_config("t1", "c2"))
+    assert await push.delete("t1", "c1")
+    await push.put(make_config("t1", "c1"))
+    assert [c.id for c in await push.list("t1")] == ["c2", "c1"]
