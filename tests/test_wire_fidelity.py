@@ -234,17 +234,13 @@ METADATA = {
     "nested": {"list": [1, "two", None, True, 2.5], "empty": {}, "emptyList": [], "zero": 0, "blank": ""},
     "flag": False,
     "nothing": None,
-    "unicode": "héllo ✓ \"q\" \\ </script>",
+    "unicode": 'héllo ✓ "q" \\ </script>',
 }
 
 PARTS: dict[str, Pair] = {
-    "text": build(
-        "Part", text="héllo ✓ \"q\"\n", filename="note.txt", media_type="text/plain", metadata={"lang": "fr"}
-    ),
+    "text": build("Part", text='héllo ✓ "q"\n', filename="note.txt", media_type="text/plain", metadata={"lang": "fr"}),
     "text-empty": build("Part", text=""),
-    "raw": build(
-        "Part", raw=RAW, filename="blob €.bin", media_type="application/octet-stream", metadata={"sha": "x"}
-    ),
+    "raw": build("Part", raw=RAW, filename="blob €.bin", media_type="application/octet-stream", metadata={"sha": "x"}),
     "raw-empty": build("Part", raw=b""),
     "url": build(
         "Part",
@@ -528,10 +524,6 @@ CARD_ALWAYS: dict[str, Any] = {
 # relaykit always emits all four (REQUIRED) fields of ListTasksResponse.
 LIST_TASKS_ALWAYS: dict[str, Any] = {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
 
-BUG_PROTOCOL_VERSION = (
-    "relaykit bug: AgentInterface.protocol_version defaults to '1.0' and to_json() uses exclude_defaults, so a "
-    "REQUIRED protocolVersion of '1.0' is dropped from the wire (SDK then reads protocolVersion='')"
-)
 
 
 def agent_card_full(protocol_version: str) -> Pair:
@@ -716,8 +708,13 @@ def _cases() -> list[Case]:
         Case("ListTasksRequest-historyLength=7", build("ListTasksRequest", history_length=7, page_size=1)),
         Case(
             "ListTasksResponse-page",
-            build("ListTasksResponse", tasks=[TASK_FULL, TASK_MINIMAL], next_page_token="cursor-3", page_size=2,
-                  total_size=5),
+            build(
+                "ListTasksResponse",
+                tasks=[TASK_FULL, TASK_MINIMAL],
+                next_page_token="cursor-3",
+                page_size=2,
+                total_size=5,
+            ),
             dump=sdk_list_tasks_wire,
             always=LIST_TASKS_ALWAYS,
         ),
@@ -755,7 +752,10 @@ def _cases() -> list[Case]:
         Case(
             "ListTaskPushNotificationConfigsRequest",
             build(
-                "ListTaskPushNotificationConfigsRequest", tenant="acme", task_id="task-1", page_size=10,
+                "ListTaskPushNotificationConfigsRequest",
+                tenant="acme",
+                task_id="task-1",
+                page_size=10,
                 page_token="p2",
             ),
         ),
@@ -781,20 +781,16 @@ def _cases() -> list[Case]:
         Case("SecurityRequirement-no-scopes", REQ_NO_SCOPES),
     ]
     for version in ("1.0", "0.3"):
-        bug = BUG_PROTOCOL_VERSION if version == "1.0" else ""
         cases += [
-            Case(f"AgentCard-full-v{version}", agent_card_full(version), always=CARD_ALWAYS, xfail=bug),
-            Case(f"AgentCard-minimal-v{version}", agent_card_minimal(version), always=CARD_ALWAYS, xfail=bug),
+            Case(f"AgentCard-full-v{version}", agent_card_full(version), always=CARD_ALWAYS),
+            Case(f"AgentCard-minimal-v{version}", agent_card_minimal(version), always=CARD_ALWAYS),
         ]
     return cases
 
 
 CASES = _cases()
 CASE_PARAMS = [
-    pytest.param(
-        c, id=c.id, marks=[pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else []
-    )
-    for c in CASES
+    pytest.param(c, id=c.id, marks=[pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else []) for c in CASES
 ]
 
 
@@ -864,7 +860,7 @@ def test_relaykit_to_sdk(case: Case) -> None:
 
 @pytest.mark.parametrize(
     "version",
-    [pytest.param("1.0", marks=pytest.mark.xfail(strict=True, reason=BUG_PROTOCOL_VERSION)), "0.3"],
+    ["1.0", "0.3"],
 )
 def test_card_as_served_by_sdk_parses(version: str) -> None:
     """The SDK serves cards through ``agent_card_to_dict``, which merges 0.3 compatibility keys in; relaykit must
@@ -879,7 +875,6 @@ def test_card_as_served_by_sdk_parses(version: str) -> None:
 # --- targeted wire rules -----------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_PROTOCOL_VERSION)
 def test_agent_interface_protocol_version_1_0_is_emitted() -> None:
     interface = rk.AgentInterface(url="https://a.example/a2a", protocol_binding="JSONRPC", protocol_version="1.0")
     assert json.loads(interface.to_json()) == {

@@ -58,6 +58,13 @@ class AgentInterface(A2AModel):
     tenant: str = ""
     protocol_version: str = PROTOCOL_VERSION
 
+    @model_serializer(mode="wrap")
+    def _required_always(self, handler: Any) -> dict[str, Any]:
+        # protocolVersion is REQUIRED; the convenient "1.0" default must not make it vanish from the wire.
+        out: dict[str, Any] = handler(self)
+        out["protocolVersion"] = self.protocol_version
+        return out
+
 
 class AgentProvider(A2AModel):
     """The organisation behind the agent."""

@@ -128,8 +128,13 @@ def format_timestamp(value: datetime) -> str:
 
 
 def utc_now() -> datetime:
-    """The current time, timezone-aware UTC."""
-    return datetime.now(UTC)
+    """The current time, timezone-aware UTC, truncated to the millisecond.
+
+    The wire carries milliseconds; stamping at that precision keeps the stored order (ListTasks) identical to the
+    order a client sees, with ties broken by id as documented rather than by an invisible microsecond.
+    """
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond - now.microsecond % 1000)
 
 
 def _after_timestamp(value: datetime) -> datetime:

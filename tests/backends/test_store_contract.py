@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,16 +97,14 @@ def make_task(
     return Task(id=task_id, context_id=context_id, status=TaskStatus(state=state, timestamp=ts), history=history)
 
 
-async def insert(
-    store: TaskStore, task: Task, *, tenant: str = "", owner: str = "anonymous"
-) -> TaskRecord:
+async def insert(store: TaskStore, task: Task, *, tenant: str = "", owner: str = "anonymous") -> TaskRecord:
     record = TaskRecord(task, tenant, owner)
     await store.save(record)
     return record
 
 
-async def list_ids(store: TaskStore, **query: object) -> list[str]:
-    page = await store.list(TaskQuery(**query))  # type: ignore[arg-type]
+async def list_ids(store: TaskStore, **query: Any) -> list[str]:
+    page = await store.list(TaskQuery(**query))
     return [task.id for task in page.tasks]
 
 

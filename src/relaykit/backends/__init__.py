@@ -9,12 +9,23 @@ from relaykit.backends._base import ConflictError, ListPage, PushConfigStore, Ta
 from relaykit.backends._memory import MemoryPushConfigStore, MemoryTaskStore, failed_status
 from relaykit.backends._url import open_push_store, open_store
 
+
+def __getattr__(name: str) -> object:
+    # StoreLockedError lives in the SQLite module, which is imported only when a SQLite store is used.
+    if name == "StoreLockedError":
+        from relaykit.backends._sqlite import StoreLockedError
+
+        return StoreLockedError
+    raise AttributeError(name)
+
+
 __all__ = [
     "ConflictError",
     "ListPage",
     "MemoryPushConfigStore",
     "MemoryTaskStore",
     "PushConfigStore",
+    "StoreLockedError",
     "TaskQuery",
     "TaskRecord",
     "TaskStore",

@@ -1,7 +1,7 @@
 """The backend interfaces: where tasks and push configs live, and how task events reach subscribers.
 
 Every implementation (memory, SQLite, PostgreSQL; local bus, Redis) passes the same contract suite
-(``relaykit.testing.contract``). Rules every ``TaskStore`` keeps:
+(``tests/backends/test_store_contract.py``). Rules every ``TaskStore`` keeps:
 
 * Tasks are partitioned by ``tenant`` and owned by ``owner``: every read, list and write is scoped by both, and a
   task outside the caller's scope is indistinguishable from a missing one (``None`` / absent from lists).

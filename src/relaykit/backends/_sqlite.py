@@ -76,6 +76,7 @@ _MIGRATIONS: list[list[str]] = [
             state      TEXT NOT NULL,
             status_ts  INTEGER NOT NULL,
             version    INTEGER NOT NULL,
+            event_seq  INTEGER NOT NULL DEFAULT 0,
             body       BLOB NOT NULL
         )""",
         # ListTasks without a context filter: an index range scan in exactly the output order, so a page costs
@@ -122,7 +123,7 @@ class _Database:
     def __init__(self, path: str, namespace: str) -> None:
         if not _NAMESPACE.match(namespace):
             raise ValueError(
-                f"invalid namespace {namespace!r}: use letters, digits and underscores, starting with a letter"
+                f"invalid namespace {namespace!r}: letters, digits and underscores, not starting with a digit"
             )
         path = os.fspath(path)
         # Resolved once, now: the working directory may change later, messages should name the real file, and a
@@ -174,33 +175,39 @@ class _Database:
         try:
             await asyncio.get_running_loop().run_in_executor(executor, self._open_sync)
         except BaseException:
-            # Also on cancellation: the open may still finish on the thread, so cleanup is queued behind it.
+            # A failed open has already cleaned up after itself (below). A cancelled one may still finish on
+            # the thread, so a cleanup is queued behind it either way (closing twice is harmless).
             executor.submit(self._close_sync)
             executor.shutdown(wait=False)
             raise
         self._executor = executor
 
     def _open_sync(self) -> None:
-        if self.path != _MEMORY:
-            directory = os.path.dirname(self.path)
-            if not os.path.isdir(directory):
-                raise FileNotFoundError(
-                    f"cannot open the SQLite store {self.path}: directory {directory} does not exist "
-                    "(relaykit does not create it)"
+        try:
+            if self.path != _MEMORY:
+                directory = os.path.dirname(self.path)
+                if not os.path.isdir(directory):
+                    raise FileNotFoundError(
+                        f"cannot open the SQLite store {self.path}: directory {directory} does not exist "
+                        "(relaykit does not create it)"
+                    )
+                self._lock()
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
+            self._conn = conn
+            # busy_timeout first, so the statements below wait for an outside reader instead of failing.
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            if mode.lower() != "wal" and self.path != _MEMORY:
+                raise RuntimeError(
+                    f"SQLite could not put {self.path} in WAL mode (journal_mode is {mode}); "
+                    "is the file on a network filesystem?"
                 )
-            self._lock()
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
-        self._conn = conn
-        # busy_timeout first, so the statements below wait for an outside reader instead of failing.
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-        if mode.lower() != "wal" and self.path != _MEMORY:
-            raise RuntimeError(
-                f"SQLite could not put {self.path} in WAL mode (journal_mode is {mode}); "
-                "is the file on a network filesystem?"
-            )
-        conn.execute("PRAGMA synchronous = NORMAL")
-        self._migrate(conn)
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._migrate(conn)
+        except BaseException:
+            # Released before the error reaches the caller, so whoever retries finds the file free.
+            self._close_sync()
+            raise
 
     def _lock(self) -> None:
         # The lock is taken before the database is opened, so a refused second process never touches the file
@@ -281,14 +288,14 @@ class SQLiteTaskStore:
         self._db = _Database(os.fspath(path), namespace)
         self._started = False
         t = f"{namespace}_tasks"
-        self._sql_get = f"SELECT body, version FROM {t} WHERE id = ? AND tenant = ? AND owner = ?"
+        self._sql_get = f"SELECT body, version, event_seq FROM {t} WHERE id = ? AND tenant = ? AND owner = ?"
         self._sql_insert = (
-            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, body) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         # Scope in the WHERE clause too: a record can never move a task to another tenant or owner.
         self._sql_update = (
-            f"UPDATE {t} SET context_id = ?, state = ?, status_ts = ?, version = ?, body = ? "
+            f"UPDATE {t} SET context_id = ?, state = ?, status_ts = ?, version = ?, event_seq = ?, body = ? "
             "WHERE id = ? AND version = ? AND tenant = ? AND owner = ?"
         )
         self._sql_delete = f"DELETE FROM {t} WHERE id = ? AND tenant = ? AND owner = ?"
@@ -322,44 +329,28 @@ class SQLiteTaskStore:
             row = conn.execute(self._sql_get, (task_id, tenant, owner)).fetchone()
             if row is None:
                 return None
-            return TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]))
+            return TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]), int(row[2]))
 
         return await self._db.run(job)
 
     async def save(self, record: TaskRecord) -> None:
-        # Encoded here, at call time: the caller may keep mutating the task while the write waits its turn.
+        # Everything is read and encoded here, at call time: the caller may keep mutating the task (and the
+        # record) while the write waits its turn on the worker thread.
         task = record.task
-        body = task.to_json()
+        task_id, version = task.id, record.version
         status_ts = sort_key(task)[0]
-        state = task.status.state.value
-        version = record.version
+        fields = (task.context_id, task.status.state.value, status_ts, version + 1, record.event_seq, task.to_json())
+        scope = (record.tenant, record.owner)
 
         def job(conn: sqlite3.Connection) -> None:
             if version == 0:
                 try:
-                    conn.execute(
-                        self._sql_insert,
-                        (task.id, record.tenant, record.owner, task.context_id, state, status_ts, 1, body),
-                    )
+                    conn.execute(self._sql_insert, (task_id, *scope, *fields))
                 except sqlite3.IntegrityError:
-                    raise ConflictError(f"task {task.id} already exists") from None
+                    raise ConflictError(f"task {task_id} already exists") from None
                 return
-            changed = conn.execute(
-                self._sql_update,
-                (
-                    task.context_id,
-                    state,
-                    status_ts,
-                    version + 1,
-                    body,
-                    task.id,
-                    version,
-                    record.tenant,
-                    record.owner,
-                ),
-            ).rowcount
-            if changed != 1:
-                raise ConflictError(f"task {task.id} was changed by another writer (or is not in this scope)")
+            if conn.execute(self._sql_update, (*fields, task_id, version, *scope)).rowcount != 1:
+                raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
 
         await self._db.run(job)
         record.version = version + 1

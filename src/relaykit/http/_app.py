@@ -1,0 +1,254 @@
+"""``create_app``: an ASGI app serving an executor over JSON-RPC and HTTP+JSON, with its agent card and health.
+
+The app is Starlette composition (a route list), so it runs alone or mounts into an existing Starlette/FastAPI app.
+Its lifespan starts the engine (store open, orphan recovery) and drains it on shutdown. Mounted apps don't get
+lifespan events from their parent, so the first request starts the engine too; add
+``relaykit_app.state.relaykit.lifespan`` to the parent's lifespan to also drain on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+from collections.abc import AsyncIterator
+from email.utils import formatdate
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.routing import Mount, Route
+
+from relaykit._card import (
+    GRPC,
+    HTTP_JSON,
+    JSONRPC,
+    PROTOCOL_VERSION,
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+)
+from relaykit.backends._base import PushConfigStore, TaskStore
+from relaykit.backends._bus import LocalEventBus
+from relaykit.backends._url import open_push_store, open_store
+from relaykit.http._asgi import Receive, Scope, Send, header, send_bytes
+from relaykit.http._jsonrpc import JSONRPCBinding
+from relaykit.http._rest import RESTBinding
+from relaykit.server._agent import FunctionAgent
+from relaykit.server._engine import TaskEngine
+from relaykit.server._executor import AgentExecutor
+from relaykit.server._handler import ExtendedCardProvider, RequestHandler
+
+__all__ = ["A2AServer", "build_card", "create_app"]
+
+CARD_PATH = "/.well-known/agent-card.json"
+
+
+def build_card(
+    executor: AgentExecutor,
+    card: AgentCard | None,
+    *,
+    public_url: str,
+    grpc_url: str | None = None,
+    streaming: bool = True,
+    push: bool = False,
+    extended: bool = False,
+) -> AgentCard:
+    """The served card: the given one (or one derived from the executor) with interfaces and capabilities filled."""
+    if card is None:
+        card = getattr(executor, "card", None)
+    if card is None:
+        name = getattr(executor, "name", None) or type(executor).__name__
+        doc = inspect.getdoc(executor.fn if isinstance(executor, FunctionAgent) else type(executor)) or ""
+        description = doc.strip().split("\n\n", 1)[0] or f"{name} agent"
+        card = AgentCard(
+            name=name,
+            description=description,
+            version="1.0.0",
+            skills=[AgentSkill(id=name, name=name, description=description, tags=["relaykit"])],
+        )
+    base = public_url.rstrip("/")
+    interfaces = [
+        # CONTRACT: JSON-RPC at {public-url}/, HTTP+JSON at {public-url} (routes at the root), gRPC as host:port.
+        AgentInterface(url=base + "/", protocol_binding=JSONRPC, protocol_version=PROTOCOL_VERSION),
+        AgentInterface(url=base, protocol_binding=HTTP_JSON, protocol_version=PROTOCOL_VERSION),
+    ]
+    if grpc_url:
+        interfaces.append(AgentInterface(url=grpc_url, protocol_binding=GRPC, protocol_version=PROTOCOL_VERSION))
+    caps = card.capabilities
+    capabilities = AgentCapabilities(
+        streaming=streaming if caps.streaming is None else caps.streaming and streaming,
+        push_notifications=push,
+        extensions=caps.extensions,
+        extended_agent_card=True if extended else caps.extended_agent_card,
+    )
+    return card.model_copy(update={"supported_interfaces": interfaces, "capabilities": capabilities})
+
+
+class _CardEndpoint:
+    """``GET /.well-known/agent-card.json`` with ETag, Cache-Control and Last-Modified; no A2A-Version needed."""
+
+    def __init__(self, card: AgentCard, max_age: int = 300) -> None:
+        self.body = card.to_json()
+        self.etag = b'"' + hashlib.sha256(self.body).hexdigest()[:32].encode() + b'"'
+        self.headers = [
+            (b"etag", self.etag),
+            (b"cache-control", b"public, max-age=%d" % max_age),
+            (b"last-modified", formatdate(usegmt=True).encode()),
+            (b"access-control-allow-origin", b"*"),
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        match = header(scope, b"if-none-match")
+        if match is not None and self.etag in {m.strip() for m in match.split(b",")}:
+            await send({"type": "http.response.start", "status": 304, "headers": self.headers})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await send_bytes(send, 200, self.body, b"application/json", self.headers)
+
+
+class A2AServer:
+    """The running parts behind an app: engine, handler, bindings. ``app.state.relaykit`` holds it."""
+
+    def __init__(self, engine: TaskEngine, handler: RequestHandler, *, grace: float = 5.0) -> None:
+        self.engine = engine
+        self.handler = handler
+        self.grace = grace
+        self.started = False
+        self.draining = False
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Open stores and recover orphans (idempotent)."""
+        if self.started:
+            return
+        async with self._lock:
+            if self.started:
+                return
+            await self.engine.start()
+            await self.handler.push_store.start()
+            self.started = True
+
+    async def stop(self) -> None:
+        """Drain running executions for the grace period, fail the rest, close stores."""
+        if not self.started:
+            return
+        self.draining = True
+        await self.engine.shutdown(self.grace)
+        await self.handler.push_store.close()
+        self.started = False
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Any = None) -> AsyncIterator[None]:
+        """A lifespan context for the app (or a parent app that mounts it)."""
+        await self.start()
+        try:
+            yield
+        finally:
+            await self.stop()
+
+    def guard(self, app: Any) -> _Guarded:
+        """Wrap a binding so the first request starts the engine when no lifespan ran (mounted apps)."""
+        return _Guarded(self, app)
+
+    async def healthz(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send_bytes(send, 200, b'{"status":"ok"}', b"application/json")
+
+    async def readyz(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ready = self.started and not self.draining and self.engine.accepting
+        body = b'{"status":"ready"}' if ready else b'{"status":"not ready"}'
+        await send_bytes(send, 200 if ready else 503, body, b"application/json")
+
+
+class _Guarded:
+    # A class, not a closure: Starlette routes treat plain functions as request/response endpoints.
+    __slots__ = ("app", "server")
+
+    def __init__(self, server: A2AServer, app: Any) -> None:
+        self.server = server
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.server.started:
+            await self.server.start()
+        await self.app(scope, receive, send)
+
+
+class _Endpoint:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.fn(scope, receive, send)
+
+
+def create_app(
+    executor: AgentExecutor,
+    *,
+    card: AgentCard | None = None,
+    store: TaskStore | str = "memory",
+    push_store: PushConfigStore | None = None,
+    bus: LocalEventBus | None = None,
+    public_url: str = "http://localhost:8000",
+    grpc_url: str | None = None,
+    push: bool = True,
+    streaming: bool = True,
+    extended_card: ExtendedCardProvider | None = None,
+    executor_timeout: float | None = None,
+    cancel_grace: float = 0.0,
+    max_body: int = 10 * 1024 * 1024,
+    keepalive: float = 15.0,
+    grace: float = 5.0,
+    max_concurrent: int = 1000,
+    max_queued: int = 16,
+    max_subscribers: int = 64,
+    replay: int = 1000,
+) -> Starlette:
+    """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root).
+
+    >>> from relaykit import agent
+    >>> from relaykit.http import create_app
+    >>> @agent
+    ... async def echo(context):
+    ...     return context.text
+    >>> app = create_app(echo)   # uvicorn module:app, or mount it in FastAPI
+    """
+    task_store = open_store(store) if isinstance(store, str) else store
+    if push_store is None:
+        push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
+    engine = TaskEngine(
+        executor,
+        store=task_store,
+        bus=bus or LocalEventBus(replay=replay),
+        executor_timeout=executor_timeout,
+        cancel_grace=cancel_grace,
+        max_concurrent=max_concurrent,
+        max_queued=max_queued,
+        max_subscribers=max_subscribers,
+    )
+    served = build_card(
+        executor,
+        card,
+        public_url=public_url,
+        grpc_url=grpc_url,
+        streaming=streaming,
+        push=push,
+        extended=extended_card is not None,
+    )
+    handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card)
+    server = A2AServer(engine, handler, grace=grace)
+    jsonrpc = server.guard(JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive))
+    rest = server.guard(RESTBinding(handler, max_body=max_body, keepalive=keepalive))
+    routes = [
+        Route(CARD_PATH, _CardEndpoint(served), methods=["GET", "HEAD"]),
+        Route("/healthz", _Endpoint(server.healthz), methods=["GET", "HEAD"]),
+        Route("/readyz", _Endpoint(server.readyz), methods=["GET", "HEAD"]),
+        Route("/", jsonrpc, methods=["POST"]),
+        Mount("", app=rest),
+    ]
+    app = Starlette(routes=routes, lifespan=server.lifespan)
+    app.state.relaykit = server
+    return app

@@ -1,0 +1,241 @@
+"""Raw ASGI plumbing shared by the HTTP bindings: bounded body reads, responses, SSE streaming, call context.
+
+The bindings speak ASGI directly (no Request/Response objects on the hot path): one request costs one body read,
+one decode into core models, one handler call, one encode. Rules kept here once for both bindings:
+
+* a body over the limit is refused with 413 before it is buffered (Content-Length checked first, then counted);
+* ``A2A-Version`` (header, or ``A2A-Version`` query parameter) must be ``1.0`` (a patch part is ignored); missing
+  means 0.3, which this server does not speak (digest §1) ⇒ VersionNotSupportedError;
+* SSE: every event carries ``id:`` (the task's event sequence), keep-alive comments go out while idle, and a client
+  disconnect stops the stream and releases its tap, but never cancels the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qsl
+
+from starlette.datastructures import Headers
+
+from relaykit._errors import A2AError, InvalidRequestError, PayloadTooLargeError, VersionNotSupportedError
+from relaykit.server._context import ANONYMOUS, CallContext
+
+__all__ = [
+    "ASGIApp",
+    "Receive",
+    "Scope",
+    "Send",
+    "UnsupportedMediaTypeError",
+    "call_context",
+    "check_version",
+    "read_body",
+    "send_bytes",
+    "stream_sse",
+]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger("relaykit.http")
+
+SUPPORTED_VERSIONS = ("1.0",)
+JSON_TYPES = (b"application/json", b"application/a2a+json")
+
+
+class UnsupportedMediaTypeError(InvalidRequestError):
+    """The request's Content-Type is not JSON (HTTP 415)."""
+
+    http_status = 415
+    default_message = "Content-Type must be application/json or application/a2a+json"
+
+
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of a request header (``name`` lower-case)."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value  # type: ignore[no-any-return]
+    return None
+
+
+def query_params(scope: Scope) -> list[tuple[str, str]]:
+    """The query string as (name, value) pairs, blank values kept."""
+    raw: bytes = scope.get("query_string", b"")
+    return parse_qsl(raw.decode("latin-1"), keep_blank_values=True) if raw else []
+
+
+def check_version(scope: Scope) -> None:
+    """Enforce ``A2A-Version`` (header or query parameter)."""
+    value = header(scope, b"a2a-version")
+    if value is None and scope.get("query_string"):
+        for key, val in query_params(scope):
+            if key.lower() == "a2a-version":
+                value = val.encode()
+                break
+    text = (value or b"").decode("latin-1").strip()
+    if not text:
+        raise VersionNotSupportedError(
+            "missing A2A-Version header: this server speaks A2A 1.0 only (send A2A-Version: 1.0)",
+            requested="0.3",
+            supported="1.0",
+        )
+    major_minor = ".".join(text.split(".")[:2])
+    if major_minor not in SUPPORTED_VERSIONS:
+        raise VersionNotSupportedError(
+            f"A2A version {text} is not supported; this server speaks 1.0", requested=text, supported="1.0"
+        )
+
+
+def check_json_content_type(scope: Scope, *, required: bool) -> None:
+    """Refuse a body whose Content-Type is not JSON; ``required=False`` lets an empty, untyped body through."""
+    value = header(scope, b"content-type")
+    if value is None:
+        if required:
+            raise UnsupportedMediaTypeError("missing Content-Type: send application/json")
+        return
+    media = value.split(b";", 1)[0].strip().lower()
+    if media not in JSON_TYPES:
+        raise UnsupportedMediaTypeError(
+            f"Content-Type {media.decode('latin-1')!r} is not supported: send application/json or application/a2a+json"
+        )
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """The whole request body, refusing more than ``limit`` bytes."""
+    length = header(scope, b"content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise PayloadTooLargeError(f"request body of {int(length)} bytes exceeds the limit of {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionError("client disconnected while sending the body")
+        body: bytes = message.get("body", b"")
+        if body:
+            size += len(body)
+            if size > limit:
+                raise PayloadTooLargeError(f"request body exceeds the limit of {limit} bytes")
+            chunks.append(body)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def send_bytes(
+    send: Send, status: int, body: bytes, content_type: bytes, extra: Iterable[tuple[bytes, bytes]] = ()
+) -> None:
+    """A complete response."""
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def call_context(scope: Scope, tenant: str = "") -> CallContext:
+    """Who is calling: the principal an auth middleware put in ``scope["user"]``, the tenant, the extensions."""
+    user = ANONYMOUS
+    principal = scope.get("user")
+    if principal is not None and getattr(principal, "is_authenticated", False):
+        user = str(getattr(principal, "identity", None) or getattr(principal, "display_name", "") or ANONYMOUS)
+    requested: frozenset[str] = frozenset()
+    raw = header(scope, b"a2a-extensions") or header(scope, b"x-a2a-extensions")
+    if raw:
+        requested = frozenset(part.strip() for part in raw.decode("latin-1").split(",") if part.strip())
+    return CallContext(user=user, tenant=tenant, requested_extensions=requested, headers=Headers(raw=scope["headers"]))
+
+
+def extension_headers(call: CallContext) -> list[tuple[bytes, bytes]]:
+    """Echo the activated extensions (A2A-Extensions response header), if any."""
+    if not call.activated_extensions:
+        return []
+    return [(b"a2a-extensions", ", ".join(sorted(call.activated_extensions)).encode())]
+
+
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+# (seq, event, encoded StreamResponse) in; one complete SSE frame out.
+Framer = Callable[[int, bytes], bytes]
+ErrorFramer = Callable[[A2AError], bytes]
+
+
+async def stream_sse(
+    receive: Receive,
+    send: Send,
+    first: tuple[int, Any, bytes],
+    items: AsyncIterator[tuple[int, Any, bytes]],
+    frame: Framer,
+    error_frame: ErrorFramer,
+    *,
+    keepalive: float,
+    extra_headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    """Send an SSE response: ``first`` (already pulled, so errors before it were plain responses), then the rest.
+
+    A watcher task listens for the client's disconnect (and sends keep-alive comments while idle); on disconnect
+    it cancels only this response's consumption of ``items``, whose ``finally`` releases the tap.
+    """
+    await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra_headers]})
+    state = {"last": asyncio.get_running_loop().time()}
+    consumer = asyncio.current_task()
+    disconnected = asyncio.Event()
+
+    async def watch() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            timeout = max(0.0, state["last"] + keepalive - loop.time())
+            try:
+                message = await asyncio.wait_for(receive(), timeout)
+            except TimeoutError:
+                if loop.time() - state["last"] >= keepalive:
+                    state["last"] = loop.time()
+                    # A whole frame per send: frames from the two senders never interleave mid-frame.
+                    await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+                continue
+            if message["type"] == "http.disconnect":
+                disconnected.set()
+                if consumer is not None:
+                    consumer.cancel()
+                return
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await send({"type": "http.response.body", "body": frame(first[0], first[2]), "more_body": True})
+        try:
+            async for seq, _event, data in items:
+                state["last"] = asyncio.get_running_loop().time()
+                await send({"type": "http.response.body", "body": frame(seq, data), "more_body": True})
+        except A2AError as exc:
+            await send({"type": "http.response.body", "body": error_frame(exc), "more_body": True})
+        except Exception:
+            log.exception("stream failed")
+            from relaykit._errors import InternalError
+
+            await send({"type": "http.response.body", "body": error_frame(InternalError()), "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    except asyncio.CancelledError:
+        if not disconnected.is_set():
+            raise
+        # The client went away: stop reading events; the task itself runs on.
+        uncancel = getattr(asyncio.current_task(), "uncancel", None)
+        if uncancel is not None:
+            uncancel()
+    except OSError:
+        pass
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watcher
+        aclose = getattr(items, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()

@@ -1,0 +1,189 @@
+"""JSON-RPC 2.0 binding (``POST /``), generated from the operation table.
+
+Wire choices (digest §3.3, §9): errors travel with HTTP 200 except a body over the limit (413, per CONTRACT);
+batches are refused with -32600; a streaming call's errors before the first event are plain JSON-RPC responses,
+later ones an SSE ``event: error`` frame; ``DeleteTaskPushNotificationConfig`` answers ``{}``
+(google.protobuf.Empty; the official SDK sends ``null``, which relaykit's client also accepts).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pydantic_core
+from pydantic import ValidationError
+
+from relaykit._errors import (
+    A2AError,
+    InternalError,
+    InvalidParamsError,
+    InvalidRequestError,
+    JSONParseError,
+    MethodNotFoundError,
+)
+from relaykit._methods import OPERATIONS_BY_NAME
+from relaykit._model import A2AModel
+from relaykit.http._asgi import (
+    Receive,
+    Scope,
+    Send,
+    call_context,
+    check_json_content_type,
+    check_version,
+    extension_headers,
+    header,
+    query_params,
+    read_body,
+    send_bytes,
+    stream_sse,
+)
+from relaykit.server._handler import RequestHandler
+
+__all__ = ["JSONRPCBinding", "invalid_params", "last_event_id"]
+
+log = logging.getLogger("relaykit.jsonrpc")
+
+_JSON = b"application/json"
+_EMPTY = b"{}"
+
+
+def invalid_params(exc: ValidationError, prefix: str = "") -> InvalidParamsError:
+    """A pydantic validation failure as InvalidParams, naming each bad field the way the client spelled it."""
+    violations: list[tuple[str, str]] = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        msg = err["msg"].removeprefix("Value error, ")
+        violations.append((prefix + loc if loc else prefix.rstrip(".") or "(request)", msg))
+    first = violations[0]
+    summary = f"{first[0]}: {first[1]}" if first[0] else first[1]
+    if len(violations) > 1:
+        summary += f" (and {len(violations) - 1} more)"
+    return InvalidParamsError(f"invalid parameters: {summary}", field_violations=violations)
+
+
+def last_event_id(scope: Scope) -> int | None:
+    """The resume point of a subscription: ``Last-Event-ID`` header, or ``lastEventId`` query parameter."""
+    raw = header(scope, b"last-event-id")
+    text = raw.decode("latin-1").strip() if raw is not None else ""
+    if not text:
+        for key, value in query_params(scope):
+            if key == "lastEventId":
+                text = value.strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise InvalidParamsError(f"Last-Event-ID {text!r} is not an event id from this server")
+    return int(text)
+
+
+class JSONRPCBinding:
+    """The ASGI endpoint for JSON-RPC 2.0 requests."""
+
+    def __init__(self, handler: RequestHandler, *, max_body: int = 10 * 1024 * 1024, keepalive: float = 15.0) -> None:
+        self.handler = handler
+        self.max_body = max_body
+        self.keepalive = keepalive
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        rid: Any = None
+        try:
+            if scope["method"] != "POST":
+                raise InvalidRequestError(f"JSON-RPC requests are POSTed (got {scope['method']})")
+            check_json_content_type(scope, required=True)
+            body = await read_body(scope, receive, self.max_body)
+            try:
+                envelope = pydantic_core.from_json(body)
+            except ValueError as exc:
+                raise JSONParseError(f"request body is not valid JSON: {exc}") from None
+            rid, method, params = self._envelope(envelope)
+            check_version(scope)
+            op = OPERATIONS_BY_NAME.get(method)
+            if op is None:
+                hint = (
+                    " (A2A 0.3 method names are not served; use the 1.0 names, e.g. SendMessage)"
+                    if "/" in method
+                    else ""
+                )
+                raise MethodNotFoundError(f"unknown method {method!r}{hint}", method=method)
+            try:
+                request = op.request.model_validate(params)
+            except ValidationError as exc:
+                raise invalid_params(exc) from None
+            call = call_context(scope, getattr(request, "tenant", ""))
+            self.handler.negotiate_extensions(call)
+            if op.streaming:
+                await self._stream(scope, receive, send, op.name, op.handler, request, call, rid)
+                return
+            result = await self.handler.dispatch(op.handler, request, call)
+            data = result.to_json() if isinstance(result, A2AModel) else _EMPTY
+            await send_bytes(send, 200, _result(rid, data), _JSON, extension_headers(call))
+        except A2AError as exc:
+            await self._error(send, rid, exc)
+        except ConnectionError:
+            return
+        except Exception:
+            log.exception("JSON-RPC request failed")
+            await self._error(send, rid, InternalError())
+
+    @staticmethod
+    def _envelope(envelope: Any) -> tuple[Any, str, Any]:
+        if isinstance(envelope, list):
+            raise InvalidRequestError("batch requests are not supported; send one JSON-RPC request per call")
+        if not isinstance(envelope, dict):
+            raise InvalidRequestError("a JSON-RPC request is a JSON object")
+        rid = envelope.get("id")
+        if rid is not None and (isinstance(rid, bool) or not isinstance(rid, str | int)):
+            raise InvalidRequestError("JSON-RPC id must be a string, a number or null")
+        if envelope.get("jsonrpc") != "2.0":
+            raise InvalidRequestError('"jsonrpc" must be "2.0"', request_id=str(rid))
+        method = envelope.get("method")
+        if not isinstance(method, str) or not method:
+            raise InvalidRequestError('"method" must be a non-empty string')
+        params = envelope.get("params", {})
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise InvalidParamsError('"params" must be a JSON object (the A2A request message)')
+        return rid, method, params
+
+    async def _stream(
+        self, scope: Scope, receive: Receive, send: Send, name: str, method: str, request: Any, call: Any, rid: Any
+    ) -> None:
+        if name == "SubscribeToTask":
+            items = await self.handler.subscribe_to_task(request, call, last_event_id(scope))
+        else:
+            items = await self.handler.dispatch(method, request, call)
+        # Pull the first event before answering: an error up to here is an ordinary JSON-RPC error response.
+        first = await anext(items)
+        prefix = b'{"jsonrpc":"2.0","id":' + pydantic_core.to_json(rid) + b',"result":'
+
+        def frame(seq: int, data: bytes) -> bytes:
+            return b"id: %d\ndata: %b%b}\n\n" % (seq, prefix, data)
+
+        def error_frame(exc: A2AError) -> bytes:
+            return b"event: error\ndata: " + _error_body(rid, exc) + b"\n\n"
+
+        await stream_sse(
+            receive,
+            send,
+            first,
+            items,
+            frame,
+            error_frame,
+            keepalive=self.keepalive,
+            extra_headers=extension_headers(call),
+        )
+
+    async def _error(self, send: Send, rid: Any, exc: A2AError) -> None:
+        # JSON-RPC reports errors in the body with HTTP 200; the exception is an oversize body (CONTRACT: 413).
+        status = 413 if exc.http_status == 413 else 200
+        await send_bytes(send, status, _error_body(rid, exc), _JSON)
+
+
+def _result(rid: Any, data: bytes) -> bytes:
+    return b'{"jsonrpc":"2.0","id":' + pydantic_core.to_json(rid) + b',"result":' + data + b"}"
+
+
+def _error_body(rid: Any, exc: A2AError) -> bytes:
+    return pydantic_core.to_json({"jsonrpc": "2.0", "id": rid, "error": exc.to_jsonrpc()})

@@ -1,0 +1,182 @@
+"""HTTP+JSON ("REST") binding, its routes compiled from the operation table (every route also under ``/{tenant}``).
+
+Wire choices (digest §3.3, §9): responses are ``application/a2a+json`` (requests may use it or
+``application/json``); errors are google.rpc.Status bodies with the table's HTTP status; path variables win over
+the body; GET parameters are camelCase query parameters (repeated or comma-separated lists); SubscribeToTask is
+served on POST and GET; ``POST …:cancel`` may have an empty body and no Content-Type.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import pydantic_core
+from pydantic import ValidationError
+
+from relaykit._errors import A2AError, InternalError, InvalidParamsError, JSONParseError, MethodNotFoundError
+from relaykit._methods import OPERATIONS, Operation
+from relaykit._model import A2AModel
+from relaykit.http._asgi import (
+    Receive,
+    Scope,
+    Send,
+    call_context,
+    check_json_content_type,
+    check_version,
+    extension_headers,
+    query_params,
+    read_body,
+    send_bytes,
+    stream_sse,
+)
+from relaykit.http._jsonrpc import invalid_params, last_event_id
+from relaykit.server._handler import RequestHandler
+
+__all__ = ["RESTBinding"]
+
+log = logging.getLogger("relaykit.rest")
+
+A2A_JSON = b"application/a2a+json"
+_SEGMENT = re.compile(r"\{(\w+)\}")
+# Fields whose query value is a list (ListTasks has none today; kept general for SendMessage-like GETs).
+_LIST_FIELDS: frozenset[str] = frozenset({"acceptedOutputModes"})
+
+
+def _compile(path: str, tenant: bool) -> re.Pattern[str]:
+    # An id segment never holds "/" or ":" (the ":cancel" / ":subscribe" suffixes follow it).
+    pattern = _SEGMENT.sub(
+        lambda m: f"(?P<{m.group(1)}>[^/:]+)", re.escape(path).replace(r"\{", "{").replace(r"\}", "}")
+    )
+    if tenant:
+        pattern = r"/(?P<tenant>[^/]+)" + pattern
+    return re.compile(f"^{pattern}$")
+
+
+class _Route:
+    __slots__ = ("body", "method", "op", "pattern")
+
+    def __init__(self, op: Operation, method: str, pattern: re.Pattern[str], body: bool) -> None:
+        self.op = op
+        self.method = method
+        self.pattern = pattern
+        self.body = body
+
+
+def _routes() -> list[_Route]:
+    plain: list[_Route] = []
+    tenanted: list[_Route] = []
+    for op in OPERATIONS:
+        for route in op.routes:
+            plain.append(_Route(op, route.method, _compile(route.path, False), route.body))
+            tenanted.append(_Route(op, route.method, _compile(route.path, True), route.body))
+    # Suffix routes (":cancel", ":subscribe") are listed before "/tasks/{id}" by construction of the patterns
+    # ([^/:] never swallows the suffix), and un-tenanted paths are tried first.
+    return plain + tenanted
+
+
+def _query_to_params(scope: Scope) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for key, value in query_params(scope):
+        if key.lower() == "a2a-version" or key == "lastEventId":
+            continue
+        if key in _LIST_FIELDS:
+            params.setdefault(key, []).extend(v for v in value.split(",") if v)
+        else:
+            params[key] = value
+    return params
+
+
+class RESTBinding:
+    """The ASGI app for the HTTP+JSON binding (mount at the interface's URL)."""
+
+    def __init__(self, handler: RequestHandler, *, max_body: int = 10 * 1024 * 1024, keepalive: float = 15.0) -> None:
+        self.handler = handler
+        self.max_body = max_body
+        self.keepalive = keepalive
+        self.routes = _routes()
+
+    def match(self, method: str, path: str) -> tuple[_Route, dict[str, str]] | None:
+        allowed = False
+        for route in self.routes:
+            found = route.pattern.match(path)
+            if found is None:
+                continue
+            if route.method == method:
+                return route, found.groupdict()
+            allowed = True
+        if allowed:
+            raise MethodNotFoundError(f"{method} is not allowed on {path}", method=method, path=path)
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            path = scope.get("path", "/")
+            root = scope.get("root_path", "")
+            if root and path.startswith(root):
+                path = path[len(root) :] or "/"
+            found = self.match(scope["method"], path)
+            if found is None:
+                raise MethodNotFoundError(f"no A2A operation at {scope['method']} {path}", path=path)
+            route, path_params = found
+            check_version(scope)
+            params: dict[str, Any] = _query_to_params(scope) if route.method in ("GET", "DELETE") else {}
+            if route.body:
+                body = await read_body(scope, receive, self.max_body)
+                if body.strip():
+                    check_json_content_type(scope, required=True)
+                    try:
+                        decoded = pydantic_core.from_json(body)
+                    except ValueError as exc:
+                        raise JSONParseError(f"request body is not valid JSON: {exc}") from None
+                    if not isinstance(decoded, dict):
+                        raise InvalidParamsError("the request body must be a JSON object")
+                    params = decoded
+            params.update(path_params)
+            try:
+                request = route.op.request.model_validate(params)
+            except ValidationError as exc:
+                raise invalid_params(exc) from None
+            call = call_context(scope, path_params.get("tenant", ""))
+            self.handler.negotiate_extensions(call)
+            op = route.op
+            if op.streaming:
+                if op.name == "SubscribeToTask":
+                    items = await self.handler.subscribe_to_task(request, call, last_event_id(scope))  # type: ignore[arg-type]
+                else:
+                    items = await self.handler.dispatch(op.handler, request, call)
+                first = await anext(items)
+                await stream_sse(
+                    receive,
+                    send,
+                    first,
+                    items,
+                    _frame,
+                    _error_frame,
+                    keepalive=self.keepalive,
+                    extra_headers=extension_headers(call),
+                )
+                return
+            result = await self.handler.dispatch(op.handler, request, call)
+            data = result.to_json() if isinstance(result, A2AModel) else b"{}"
+            await send_bytes(send, 200, data, A2A_JSON, extension_headers(call))
+        except A2AError as exc:
+            await _send_error(send, exc)
+        except ConnectionError:
+            return
+        except Exception:
+            log.exception("REST request failed")
+            await _send_error(send, InternalError())
+
+
+def _frame(seq: int, data: bytes) -> bytes:
+    return b"id: %d\ndata: %b\n\n" % (seq, data)
+
+
+def _error_frame(exc: A2AError) -> bytes:
+    return b"event: error\ndata: " + pydantic_core.to_json(exc.to_status()) + b"\n\n"
+
+
+async def _send_error(send: Send, exc: A2AError) -> None:
+    await send_bytes(send, exc.http_status, pydantic_core.to_json(exc.to_status()), A2A_JSON)

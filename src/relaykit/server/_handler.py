@@ -1,0 +1,259 @@
+"""``RequestHandler``: one coroutine per A2A operation, over the engine and the stores.
+
+Every business rule a binding might be tempted to repeat lives here and raises core errors: capability checks
+(streaming, push, extended card; digest §5.11), required extensions, history trimming (§5.6), ListTasks shaping
+(§5.7), push-config scoping. Bindings only decode, call the method the operation table names, and encode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from relaykit._card import AgentCard
+from relaykit._errors import (
+    ExtendedAgentCardNotConfiguredError,
+    ExtensionSupportRequiredError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from relaykit._model import A2AModel
+from relaykit._types import (
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    SendMessageResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+    new_id,
+)
+from relaykit.backends._base import PushConfigStore, TaskQuery
+from relaykit.backends._memory import MemoryPushConfigStore
+from relaykit.server._context import CallContext
+from relaykit.server._engine import StreamItem, TaskEngine
+
+__all__ = ["ExtendedCardProvider", "RequestHandler", "trim_history"]
+
+ExtendedCardProvider = AgentCard | Callable[[CallContext], Awaitable[AgentCard]]
+
+
+def trim_history(task: Task, history_length: int | None) -> Task:
+    """Apply ``historyLength``: unset keeps all, 0 drops the history, N keeps the N most recent messages."""
+    if history_length is None or len(task.history) <= history_length:
+        return task
+    task.history = task.history[len(task.history) - history_length :] if history_length else []
+    return task
+
+
+class RequestHandler:
+    """The operations of A2A 1.0 over a ``TaskEngine``.
+
+    >>> # handler = RequestHandler(engine, card)
+    >>> # result = await handler.send_message(SendMessageRequest(message=Message.user("hi")), CallContext())
+    """
+
+    def __init__(
+        self,
+        engine: TaskEngine,
+        card: AgentCard,
+        *,
+        push_store: PushConfigStore | None = None,
+        extended_card: ExtendedCardProvider | None = None,
+    ) -> None:
+        self.engine = engine
+        self.card = card
+        self.push_store: PushConfigStore = push_store if push_store is not None else MemoryPushConfigStore()
+        self.extended_card = extended_card
+        caps = card.capabilities
+        self.streaming = bool(caps.streaming)
+        self.push = bool(caps.push_notifications)
+        self.extended = bool(caps.extended_agent_card)
+        self.supported_extensions = frozenset(ext.uri for ext in caps.extensions if ext.uri)
+        self.required_extensions = frozenset(ext.uri for ext in caps.extensions if ext.required and ext.uri)
+
+    # --- per-request checks ------------------------------------------------------------------------------
+
+    def negotiate_extensions(self, call: CallContext) -> None:
+        """Raise for a required extension the client did not activate; record the activated ones."""
+        missing = self.required_extensions - call.requested_extensions
+        if missing:
+            raise ExtensionSupportRequiredError(
+                "this agent requires extension(s) " + ", ".join(sorted(missing)) + "; activate them with the "
+                "A2A-Extensions header",
+                extensions=",".join(sorted(missing)),
+            )
+        if call.requested_extensions:
+            call.activated_extensions.update(call.requested_extensions & self.supported_extensions)
+
+    def _require_streaming(self) -> None:
+        if not self.streaming:
+            raise UnsupportedOperationError("streaming is not enabled on this agent (capabilities.streaming)")
+
+    def _require_push(self) -> None:
+        if not self.push:
+            raise PushNotificationNotSupportedError()
+
+    # --- messages ----------------------------------------------------------------------------------------
+
+    async def send_message(self, request: SendMessageRequest, call: CallContext) -> SendMessageResponse:
+        """SendMessage."""
+        result = await self.engine.send(request, call)
+        if isinstance(result, Message):
+            return SendMessageResponse(message=result)
+        await self._bind_inline_push(request, result, call)
+        config = request.configuration
+        return SendMessageResponse(task=trim_history(result, config.history_length if config else None))
+
+    async def send_streaming_message(self, request: SendMessageRequest, call: CallContext) -> AsyncIterator[StreamItem]:
+        """SendStreamingMessage: (seq, event, encoded StreamResponse) items."""
+        self._require_streaming()
+        items = self.engine.stream(request, call)
+        if request.configuration is not None and request.configuration.task_push_notification_config is not None:
+            return self._bind_push_on_first(request, items, call)
+        return items
+
+    async def _bind_push_on_first(
+        self, request: SendMessageRequest, items: AsyncIterator[StreamItem], call: CallContext
+    ) -> AsyncIterator[StreamItem]:
+        first = True
+        async for item in items:
+            if first and isinstance(item[1], Task):
+                await self._bind_inline_push(request, item[1], call)
+            first = False
+            yield item
+
+    async def _bind_inline_push(self, request: SendMessageRequest, task: Task, call: CallContext) -> None:
+        config = request.configuration.task_push_notification_config if request.configuration else None
+        if config is None:
+            return
+        self._require_push()
+        bound = config.model_copy(update={"task_id": task.id, "id": config.id or new_id()})
+        await self.push_store.put(bound, owner=call.user)
+
+    # --- tasks -------------------------------------------------------------------------------------------
+
+    async def get_task(self, request: GetTaskRequest, call: CallContext) -> Task:
+        """GetTask, with ``historyLength`` applied."""
+        task = await self.engine.get_task(request.id, call, tenant=request.tenant)
+        return trim_history(task, request.history_length)
+
+    async def list_tasks(self, request: ListTasksRequest, call: CallContext) -> ListTasksResponse:
+        """ListTasks: the caller's tasks, newest status first, cursor-paginated."""
+        page_size = request.page_size if request.page_size is not None else 50
+        query = TaskQuery(
+            tenant=request.tenant or call.tenant,
+            owner=call.user,
+            context_id=request.context_id,
+            state=None if request.status is TaskState.UNSPECIFIED else request.status,
+            status_after=request.status_timestamp_after,
+            page_size=page_size,
+            page_token=request.page_token,
+        )
+        try:
+            page = await self.engine.store.list(query)
+        except ValueError as exc:
+            raise InvalidParamsError(
+                str(exc), field_violations=[("pageToken", "not a token from this server")]
+            ) from exc
+        tasks = page.tasks
+        for task in tasks:
+            if not request.include_artifacts:
+                task.artifacts = []
+            trim_history(task, request.history_length)
+        return ListTasksResponse(
+            tasks=tasks, next_page_token=page.next_page_token, page_size=page_size, total_size=page.total_size
+        )
+
+    async def cancel_task(self, request: CancelTaskRequest, call: CallContext) -> Task:
+        """CancelTask: answers once CANCELED is persisted."""
+        return await self.engine.cancel(request.id, call, tenant=request.tenant)
+
+    async def subscribe_to_task(
+        self, request: SubscribeToTaskRequest, call: CallContext, last_event_id: int | None = None
+    ) -> AsyncIterator[StreamItem]:
+        """SubscribeToTask: snapshot first (or the events after ``last_event_id``), then until terminal."""
+        self._require_streaming()
+        return await self.engine.subscribe(request.id, call, tenant=request.tenant, last_event_id=last_event_id)
+
+    # --- push configs ------------------------------------------------------------------------------------
+
+    async def _visible_task(self, task_id: str, tenant: str, call: CallContext) -> None:
+        if not task_id:
+            raise InvalidParamsError("taskId is required", field_violations=[("taskId", "required")])
+        await self.engine.get_task(task_id, call, tenant=tenant)
+
+    async def create_push_config(
+        self, request: TaskPushNotificationConfig, call: CallContext
+    ) -> TaskPushNotificationConfig:
+        """CreateTaskPushNotificationConfig: the server assigns an id when none is given."""
+        self._require_push()
+        tenant = request.tenant or call.tenant
+        await self._visible_task(request.task_id, tenant, call)
+        if not request.url:
+            raise InvalidParamsError("url is required", field_violations=[("url", "required")])
+        config = request.model_copy(update={"id": request.id or new_id(), "tenant": tenant})
+        await self.push_store.put(config, owner=call.user)
+        return config
+
+    async def get_push_config(
+        self, request: GetTaskPushNotificationConfigRequest, call: CallContext
+    ) -> TaskPushNotificationConfig:
+        """GetTaskPushNotificationConfig; a missing config answers TaskNotFoundError (spec §5.10)."""
+        self._require_push()
+        tenant = request.tenant or call.tenant
+        await self._visible_task(request.task_id, tenant, call)
+        config = await self.push_store.get(request.task_id, request.id, tenant=tenant, owner=call.user)
+        if config is None:
+            raise TaskNotFoundError(
+                f"no push notification config {request.id!r} for task {request.task_id}",
+                task_id=request.task_id,
+                config_id=request.id,
+            )
+        return config
+
+    async def list_push_configs(
+        self, request: ListTaskPushNotificationConfigsRequest, call: CallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        """ListTaskPushNotificationConfigs (one page: a task has few configs)."""
+        self._require_push()
+        tenant = request.tenant or call.tenant
+        await self._visible_task(request.task_id, tenant, call)
+        configs = await self.push_store.list(request.task_id, tenant=tenant, owner=call.user)
+        return ListTaskPushNotificationConfigsResponse(configs=configs)
+
+    async def delete_push_config(self, request: DeleteTaskPushNotificationConfigRequest, call: CallContext) -> None:
+        """DeleteTaskPushNotificationConfig: idempotent."""
+        self._require_push()
+        tenant = request.tenant or call.tenant
+        await self._visible_task(request.task_id, tenant, call)
+        await self.push_store.delete(request.task_id, request.id, tenant=tenant, owner=call.user)
+
+    # --- cards -------------------------------------------------------------------------------------------
+
+    async def get_extended_card(self, request: GetExtendedAgentCardRequest, call: CallContext) -> AgentCard:
+        """GetExtendedAgentCard (authentication is the auth middleware's job, as for every operation)."""
+        if not self.extended:
+            raise UnsupportedOperationError("this agent has no extended card (capabilities.extendedAgentCard)")
+        provider = self.extended_card
+        if provider is None:
+            raise ExtendedAgentCardNotConfiguredError()
+        if isinstance(provider, AgentCard):
+            return provider
+        return await provider(call)
+
+    async def dispatch(self, method: str, request: A2AModel, call: CallContext) -> Any:
+        """Call the handler method an operation names (``Operation.handler``)."""
+        fn: Callable[[Any, CallContext], Awaitable[Any]] = getattr(self, method)
+        return await fn(request, call)
