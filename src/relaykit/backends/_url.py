@@ -20,15 +20,15 @@ def sqlite_path(url: str) -> str | None:
     return None
 
 
-def open_store(url: str) -> TaskStore:
-    """A task store for ``url`` (not started yet)."""
+def open_store(url: str, *, namespace: str = "relaykit") -> TaskStore:
+    """A task store for ``url`` (not started yet); ``namespace`` prefixes its tables."""
     if url == "memory":
         return MemoryTaskStore()
     path = sqlite_path(url)
     if path is not None:
         from relaykit.backends._sqlite import SQLiteTaskStore
 
-        return SQLiteTaskStore(path)
+        return SQLiteTaskStore(path, namespace=namespace)
     if url.startswith(("postgresql://", "postgres://")):
         raise ValueError("the PostgreSQL store is not available yet in this version of relaykit")
     raise ValueError(f"unknown store {url!r}: use memory, sqlite:///path.db, path.db or postgresql://…")

@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import hashlib
 import inspect
+import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from email.utils import formatdate
 from typing import Any
 
@@ -111,13 +113,19 @@ class _CardEndpoint:
 class A2AServer:
     """The running parts behind an app: engine, handler, bindings. ``app.state.relaykit`` holds it."""
 
-    def __init__(self, engine: TaskEngine, handler: RequestHandler, *, grace: float = 5.0) -> None:
+    def __init__(
+        self, engine: TaskEngine, handler: RequestHandler, *, grace: float = 5.0, retention: float | None = None
+    ) -> None:
         self.engine = engine
         self.handler = handler
         self.grace = grace
+        self.retention = retention
         self.started = False
         self.draining = False
         self._lock = asyncio.Lock()
+        self._purger: asyncio.Task[None] | None = None
+        # Webhook targets opened past the SSRF guard (--push-allow), read by push delivery.
+        self.push_allow: tuple[str, ...] = ()
 
     async def start(self) -> None:
         """Open stores and recover orphans (idempotent)."""
@@ -128,13 +136,31 @@ class A2AServer:
                 return
             await self.engine.start()
             await self.handler.push_store.start()
+            if self.retention:
+                self._purger = asyncio.create_task(self._purge_loop(self.retention), name="relaykit-retention")
             self.started = True
+
+    async def _purge_loop(self, retention: float) -> None:
+        # Purge at a tenth of the retention period (at most hourly), so nothing outlives it by much.
+        log = logging.getLogger("relaykit.retention")
+        while True:
+            try:
+                cutoff = datetime.now(UTC) - timedelta(seconds=retention)
+                removed = await self.engine.store.purge(cutoff)
+                if removed:
+                    log.info("purged %d terminal task(s) older than %s", removed, cutoff.isoformat())
+            except Exception:
+                log.exception("retention purge failed")
+            await asyncio.sleep(min(retention / 10, 3600.0))
 
     async def stop(self) -> None:
         """Drain running executions for the grace period, fail the rest, close stores."""
         if not self.started:
             return
         self.draining = True
+        if self._purger is not None:
+            self._purger.cancel()
+            self._purger = None
         await self.engine.shutdown(self.grace)
         await self.handler.push_store.close()
         self.started = False
@@ -206,6 +232,9 @@ def create_app(
     max_queued: int = 16,
     max_subscribers: int = 64,
     replay: int = 1000,
+    retention: float | None = None,
+    namespace: str = "relaykit",
+    push_allow: tuple[str, ...] = (),
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root).
 
@@ -216,7 +245,7 @@ def create_app(
     ...     return context.text
     >>> app = create_app(echo)   # uvicorn module:app, or mount it in FastAPI
     """
-    task_store = open_store(store) if isinstance(store, str) else store
+    task_store = open_store(store, namespace=namespace) if isinstance(store, str) else store
     if push_store is None:
         push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
     engine = TaskEngine(
@@ -239,7 +268,8 @@ def create_app(
         extended=extended_card is not None,
     )
     handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card)
-    server = A2AServer(engine, handler, grace=grace)
+    server = A2AServer(engine, handler, grace=grace, retention=retention)
+    server.push_allow = push_allow
     jsonrpc = server.guard(JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive))
     rest = server.guard(RESTBinding(handler, max_body=max_body, keepalive=keepalive))
     routes = [

@@ -1,0 +1,5 @@
+import sys
+
+from relaykit.cli import main
+
+sys.exit(main())

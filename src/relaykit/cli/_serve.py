@@ -1,0 +1,185 @@
+"""``relaykit serve``: run an agent with the embedded defaults, exactly as CONTRACT describes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import re
+import signal
+import sys
+from typing import Any
+
+from relaykit.cli._target import TargetError, load_target
+
+__all__ = ["add_serve_parser", "parse_duration", "run_serve"]
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` ⇒ seconds."""
+    found = _DURATION.match(text.strip())
+    if not found:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 30s, 15m, 12h, 7d)")
+    return float(found.group(1)) * _UNITS[found.group(2)]
+
+
+def add_serve_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve an agent over A2A (JSON-RPC and HTTP+JSON)")
+    p.add_argument("target", help="path/to/file.py[:name] or package.module:name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=None, help="also serve gRPC on this port")
+    p.add_argument("--public-url", default=None, help="base URL in the card (default http://localhost:PORT)")
+    p.add_argument(
+        "--store",
+        default=None,
+        help="memory | sqlite:///path.db | path.db | postgresql://… "
+        "(env RELAYKIT_STORE; default sqlite:///relaykit.db)",
+    )
+    p.add_argument("--bus", default=None, help="memory | redis://… (env RELAYKIT_BUS; default memory)")
+    p.add_argument("--namespace", default="relaykit", help="table / key prefix")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--reload", action="store_true", help="restart on code changes (development)")
+    p.add_argument("--push", action=argparse.BooleanOptionalAction, default=True, help="push notifications")
+    p.add_argument(
+        "--push-allow",
+        action="append",
+        default=[],
+        metavar="HOST_OR_CIDR",
+        help="allow webhooks to this host or network (repeatable)",
+    )
+    p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
+    p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
+    p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
+    p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
+    p.set_defaults(func=run_serve)
+
+
+def _store_url(args: argparse.Namespace) -> str:
+    return args.store or os.environ.get("RELAYKIT_STORE") or "sqlite:///relaykit.db"
+
+
+def _bus_url(args: argparse.Namespace) -> str:
+    return args.bus or os.environ.get("RELAYKIT_BUS") or "memory"
+
+
+def build_app(args: argparse.Namespace) -> Any:
+    from relaykit.http._app import create_app
+
+    target = load_target(args.target)
+    if getattr(getattr(target, "state", None), "relaykit", None) is not None:
+        return target
+    bus = _bus_url(args)
+    if bus != "memory":
+        raise TargetError(f"bus {bus!r} is not available in this version of relaykit (use memory)")
+    if args.grpc_port is not None:
+        raise TargetError("the gRPC binding is not available in this version of relaykit")
+    public_url = args.public_url or f"http://localhost:{args.port}"
+    return create_app(
+        target,
+        store=_store_url(args),
+        public_url=public_url,
+        push=args.push,
+        executor_timeout=args.executor_timeout,
+        grace=args.grace,
+        keepalive=args.keepalive,
+        retention=args.retention,
+        namespace=args.namespace,
+        push_allow=tuple(args.push_allow),
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.reload:
+        os.environ["RELAYKIT_SERVE_ARGV"] = "\0".join(sys.argv[1:])
+        uvicorn.run(
+            "relaykit.cli._serve:reload_factory",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            reload=True,
+            log_level=args.log_level,
+            access_log=args.access_log,
+        )
+        return 0
+    try:
+        app = build_app(args)
+    except (TargetError, ValueError) as exc:
+        print(f"relaykit serve: {exc}", file=sys.stderr)
+        return 2
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=args.access_log,
+        lifespan="on",
+        timeout_graceful_shutdown=max(1, int(args.grace) + 1),
+    )
+    server = _DrainingServer(config, app)
+    public = args.public_url or f"http://localhost:{args.port}"
+    print(
+        f"relaykit: serving {args.target} — agent card at {public.rstrip('/')}/.well-known/agent-card.json", flush=True
+    )
+    try:
+        asyncio.run(server.serve())
+    except KeyboardInterrupt:
+        pass
+    except Exception as exc:  # startup failure (e.g. the store is locked by another process)
+        print(f"relaykit serve: {exc}", file=sys.stderr)
+        return 1
+    return 0 if server.started_ok else 1
+
+
+def reload_factory() -> Any:
+    """Build the app inside a ``--reload`` worker from the original command line."""
+    from relaykit.cli import build_parser
+
+    argv = os.environ.get("RELAYKIT_SERVE_ARGV", "").split("\0")
+    return build_app(build_parser().parse_args(argv))
+
+
+try:
+    import uvicorn as _uvicorn
+
+    _Base: Any = _uvicorn.Server
+except ImportError:  # pragma: no cover - uvicorn is a core dependency
+    _Base = object
+
+
+class _DrainingServer(_Base):  # type: ignore[misc]
+    """A uvicorn server whose first SIGTERM/SIGINT drains the engine before the HTTP server stops.
+
+    Draining first lets running executions finish (up to ``--grace``), marks the rest FAILED, and ends open SSE
+    streams cleanly, so uvicorn is not left waiting on streams that would never close by themselves.
+    """
+
+    def __init__(self, config: Any, app: Any) -> None:
+        super().__init__(config)
+        self.relaykit = app.state.relaykit
+        self._draining: asyncio.Task[None] | None = None
+        self.started_ok = False
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets=sockets)
+        self.started_ok = not self.should_exit
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if self._draining is not None or sig not in (signal.SIGINT, signal.SIGTERM):
+            super().handle_exit(sig, frame)
+            return
+        self._draining = asyncio.get_event_loop().create_task(self._drain_then_exit(sig, frame))
+
+    async def _drain_then_exit(self, sig: int, frame: Any) -> None:
+        try:
+            await self.relaykit.stop()
+        finally:
+            super().handle_exit(sig, frame)
