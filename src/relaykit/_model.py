@@ -15,6 +15,7 @@ Encoding rules (A2A 1.0 digest §2), enforced here once for every model:
 from __future__ import annotations
 
 import base64
+import functools
 import binascii
 import re
 from datetime import UTC, datetime
@@ -118,8 +119,12 @@ def _to_utc(value: datetime) -> datetime:
     return value
 
 
+@functools.lru_cache(maxsize=4096)
 def format_timestamp(value: datetime) -> str:
-    """RFC 3339 in UTC with milliseconds and ``Z``: ``2026-01-02T03:04:05.678Z``."""
+    """RFC 3339 in UTC with milliseconds and ``Z``: ``2026-01-02T03:04:05.678Z``.
+
+    Cached: a task's status timestamp is encoded several times (store, stream, response), always the same value.
+    """
     value = _to_utc(value)
     return (
         f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"

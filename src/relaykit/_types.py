@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import uuid
 from enum import StrEnum
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, PlainSerializer, field_validator, model_serializer, model_validator
 
 from relaykit._model import A2AModel, Base64Bytes, Struct, Timestamp
 
 __all__ = [
+    "JSON_NULL",
     "Artifact",
     "AuthenticationInfo",
     "CancelTaskRequest",
@@ -128,6 +129,31 @@ _LEGACY_NAMES: dict[str, dict[str, Any]] = {
 _PART_KINDS = ("text", "raw", "url", "data")
 
 
+class _JsonNull:
+    """The value of a data part that holds JSON ``null`` (``Part(data=None)`` explicitly, or ``{"data": null}``)."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "JSON_NULL"
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    def __hash__(self) -> int:
+        return 0
+
+
+JSON_NULL: Any = _JsonNull()
+
+
+def _null_out(value: Any) -> Any:
+    return None if value is JSON_NULL else value
+
+
 class Part(A2AModel):
     """One piece of content: exactly one of ``text``, ``raw`` (bytes), ``url`` or ``data`` (any JSON value).
 
@@ -140,8 +166,9 @@ class Part(A2AModel):
     text: str | None = None
     raw: Base64Bytes | None = None
     url: str | None = None
-    # ``data`` may legitimately be JSON null; presence is read from the fields set, not from the value.
-    data: Any = None
+    # ``data`` may legitimately be JSON null: an explicit null is held as ``JSON_NULL`` (falsy, encodes as null), so
+    # ``None`` keeps meaning "not a data part" and default-omission needs no per-part serializer hook.
+    data: Annotated[Any, PlainSerializer(_null_out)] = None
     metadata: Struct | None = None
     filename: str = ""
     media_type: str = ""
@@ -149,7 +176,10 @@ class Part(A2AModel):
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
         count = (self.text is not None) + (self.raw is not None) + (self.url is not None)
-        if self.data is not None or "data" in self.__pydantic_fields_set__:
+        if self.data is not None:
+            count += 1
+        elif "data" in self.__pydantic_fields_set__:
+            self.data = JSON_NULL
             count += 1
         if count != 1:
             raise ValueError(
@@ -157,15 +187,6 @@ class Part(A2AModel):
                 + (f" (it has {count})" if count else " (it has none)")
             )
         return self
-
-    @model_serializer(mode="wrap")
-    def _keep_null_data(self, handler: Any) -> dict[str, Any]:
-        # ``{"data": null}`` is a valid data part (google.protobuf.Value null); default-omission would drop it and
-        # leave a part with no kind. Measured: costs ~1% of an artifact event's encode.
-        out: dict[str, Any] = handler(self)
-        if self.data is None and self.text is None and self.raw is None and self.url is None:
-            out["data"] = None
-        return out
 
     @property
     def kind(self) -> str:
@@ -220,13 +241,20 @@ class Message(A2AModel):
     extensions: list[str] = Field(default_factory=list)
     reference_task_ids: list[str] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _check(self) -> Self:
-        if self.role is Role.UNSPECIFIED:
-            raise ValueError("message role must be ROLE_USER or ROLE_AGENT")
-        if not self.parts:
+    # Field validators (not one model validator) so a violation names the field: "message.parts", not "message".
+    @field_validator("role")
+    @classmethod
+    def _known_role(cls, role: Role) -> Role:
+        if role is Role.UNSPECIFIED:
+            raise ValueError("role must be ROLE_USER or ROLE_AGENT")
+        return role
+
+    @field_validator("parts")
+    @classmethod
+    def _some_parts(cls, parts: list[Part]) -> list[Part]:
+        if not parts:
             raise ValueError("a message needs at least one part")
-        return self
+        return parts
 
     @property
     def text(self) -> str:
@@ -288,11 +316,12 @@ class Artifact(A2AModel):
     metadata: Struct | None = None
     extensions: list[str] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _check(self) -> Self:
-        if not self.parts:
+    @field_validator("parts")
+    @classmethod
+    def _some_parts(cls, parts: list[Part]) -> list[Part]:
+        if not parts:
             raise ValueError("an artifact needs at least one part")
-        return self
+        return parts
 
     @classmethod
     def text(cls, text: str, *, artifact_id: str | None = None, name: str = "", description: str = "") -> Artifact:
@@ -454,9 +483,10 @@ class TaskPushNotificationConfig(A2AModel):
 # --- requests ----------------------------------------------------------------------------------------------
 
 
-def _non_negative(value: int | None, name: str) -> None:
+def _non_negative(value: int | None) -> int | None:
     if value is not None and value < 0:
-        raise ValueError(f"{name} must not be negative (got {value})")
+        raise ValueError(f"must not be negative (got {value})")
+    return value
 
 
 class SendMessageConfiguration(A2AModel):
@@ -467,10 +497,7 @@ class SendMessageConfiguration(A2AModel):
     history_length: int | None = None
     return_immediately: bool = False
 
-    @model_validator(mode="after")
-    def _check(self) -> Self:
-        _non_negative(self.history_length, "historyLength")
-        return self
+    _history = field_validator("history_length")(_non_negative)
 
 
 class SendMessageRequest(A2AModel):
@@ -489,10 +516,7 @@ class GetTaskRequest(A2AModel):
     id: str
     history_length: int | None = None
 
-    @model_validator(mode="after")
-    def _check(self) -> Self:
-        _non_negative(self.history_length, "historyLength")
-        return self
+    _history = field_validator("history_length")(_non_negative)
 
 
 class ListTasksRequest(A2AModel):
@@ -507,12 +531,14 @@ class ListTasksRequest(A2AModel):
     status_timestamp_after: Timestamp | None = None
     include_artifacts: bool | None = None
 
-    @model_validator(mode="after")
-    def _check(self) -> Self:
-        if self.page_size is not None and not 1 <= self.page_size <= 100:
-            raise ValueError(f"pageSize must be between 1 and 100 (got {self.page_size})")
-        _non_negative(self.history_length, "historyLength")
-        return self
+    _history = field_validator("history_length")(_non_negative)
+
+    @field_validator("page_size")
+    @classmethod
+    def _page_size(cls, value: int | None) -> int | None:
+        if value is not None and not 1 <= value <= 100:
+            raise ValueError(f"must be between 1 and 100 (got {value})")
+        return value
 
 
 class ListTasksResponse(A2AModel):
@@ -574,10 +600,7 @@ class ListTaskPushNotificationConfigsRequest(A2AModel):
     page_size: int = 0
     page_token: str = ""
 
-    @model_validator(mode="after")
-    def _check(self) -> Self:
-        _non_negative(self.page_size, "pageSize")
-        return self
+    _page_size = field_validator("page_size")(_non_negative)
 
 
 class ListTaskPushNotificationConfigsResponse(A2AModel):

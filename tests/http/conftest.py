@@ -124,9 +124,19 @@ class ServerFactory:
                 "warning",
                 *args,
             ]
-            proc_env = {**os.environ, "PYTHONUNBUFFERED": "1", **env}
+            proc_env = {
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                "RELAYKIT_TEST_PUBLIC_URL": f"http://{HOST}:{port}",  # for test apps that build their own card
+                **env,
+            }
             proc = subprocess.Popen(
-                command, cwd=REPO_ROOT, env=proc_env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                command,
+                cwd=REPO_ROOT,
+                env=proc_env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
             server = ServerProcess(target, port, proc, log_path, log_file)
             if _wait_ready(server):

@@ -1,4 +1,4 @@
-"""TaskEngine: every guarantee of ARCHITECTURE §3–4 and CONTRACT "Engine defaults" / "SSE and resume".
+"""TaskEngine: every guarantee of ARCHITECTURE §3-4 and CONTRACT "Engine defaults" / "SSE and resume".
 
 Executors here are small real ``AgentExecutor`` s driven by the test through asyncio Events; nothing is mocked and
 nothing sleeps to synchronise. Every wait is bounded (``within``) on top of pytest-timeout.
@@ -7,6 +7,7 @@ nothing sleeps to synchronise. Every wait is bounded (``within``) on top of pyte
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from relaykit._errors import (
+    InternalError,
     InvalidAgentResponseError,
     InvalidParamsError,
     ResourceExhaustedError,
@@ -85,8 +87,8 @@ class CountingStore(MemoryTaskStore):
         await super().save(record)
 
 
-async def within(aw: Awaitable[Any], timeout: float = WAIT) -> Any:
-    return await asyncio.wait_for(aw, timeout)
+async def within(aw: Awaitable[Any], limit: float = WAIT) -> Any:
+    return await asyncio.wait_for(aw, limit)
 
 
 async def launch(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
@@ -102,7 +104,9 @@ async def launch(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         return await coro
 
     task = asyncio.create_task(wrapper())
-    await within(entered.wait())
+    # Not under wait_for: its extra task hop would let tasks the call created run before we resume. The wrapper's
+    # first step always runs, so this wait is bounded anyway.
+    await entered.wait()
     return task
 
 
@@ -152,7 +156,7 @@ def texts(task: Task) -> list[str]:
 
 
 def strictly_increasing(seqs: list[int]) -> bool:
-    return all(a < b for a, b in zip(seqs, seqs[1:], strict=False))
+    return all(a < b for a, b in itertools.pairwise(seqs))
 
 
 def fold(events: list[Any]) -> tuple[str, TaskState | None]:
@@ -354,7 +358,8 @@ async def test_input_required_continues_on_the_same_task(engines: Factory) -> No
     first = as_task(await within(engine.send(req("hi", context_id="ctx-1"))))
     assert first.status.state is TaskState.INPUT_REQUIRED
     assert first.context_id == "ctx-1"
-    assert first.status.message is not None and first.status.message.text == "What is your name?"
+    assert first.status.message is not None
+    assert first.status.message.text == "What is your name?"
 
     # The follow-up carries only the task id: it inherits the task's context.
     second = as_task(await within(engine.send(req("Ada", task_id=first.id))))
@@ -447,7 +452,8 @@ async def test_cancel_grace_lets_a_cooperative_executor_stop_itself(engines: Fac
     await within(engine.send(req(now=True)))
     task = await within(engine.cancel(only_task_id(engine)))
     assert task.status.state is TaskState.CANCELED
-    assert task.status.message is not None and task.status.message.text == "stopped at a clean point"
+    assert task.status.message is not None
+    assert task.status.message.text == "stopped at a clean point"
     assert not got_cancelled_error
 
 
@@ -512,8 +518,11 @@ async def test_cancel_of_an_input_required_task(engines: Factory) -> None:
     assert result.status.state is TaskState.CANCELED
     assert (await stored(engine, paused.id)).status.state is TaskState.CANCELED
     (ctx,) = cancel_contexts
-    assert ctx.cancelled and ctx.task_id == paused.id and ctx.message is None
-    assert ctx.task is not None and ctx.task.status.state is TaskState.INPUT_REQUIRED
+    assert ctx.cancelled
+    assert ctx.task_id == paused.id
+    assert ctx.message is None
+    assert ctx.task is not None
+    assert ctx.task.status.state is TaskState.INPUT_REQUIRED
     # The task is terminal now: it takes no more messages, and nothing of it lingers on the bus.
     with pytest.raises(UnsupportedOperationError):
         await within(engine.send(req("late answer", task_id=paused.id)))
@@ -547,7 +556,8 @@ async def test_an_unhandled_exception_fails_the_task_with_a_safe_message(engines
     engine = await engines(Scripted(script))
     task = as_task(await within(engine.send(req())))
     assert task.status.state is TaskState.FAILED
-    assert task.status.message is not None and task.status.message.text
+    assert task.status.message is not None
+    assert task.status.message.text
     saved = await stored(engine, task.id)
     assert saved.status.state is TaskState.FAILED
     for body in (task.to_json(), saved.to_json()):
@@ -559,7 +569,7 @@ async def test_an_unhandled_exception_in_a_stream_ends_it_failed(engines: Factor
     engine = await engines(Scripted(_raise_before_any_event))
     items = await collect(engine.stream(req()))
     assert items, "the stream must report the failure"
-    text, state = fold([event for _, event, _ in items])
+    _text, state = fold([event for _, event, _ in items])
     assert state is TaskState.FAILED
     assert all(b"hunter2" not in data for _, _, data in items)
 
@@ -578,7 +588,8 @@ async def test_executor_timeout_fails_the_task(engines: Factory) -> None:
     engine = await engines(Scripted(run), executor_timeout=0.05)
     task = as_task(await within(engine.send(req())))
     assert task.status.state is TaskState.FAILED
-    assert task.status.message is not None and "0.05" in task.status.message.text
+    assert task.status.message is not None
+    assert "0.05" in task.status.message.text
     assert interrupted.is_set()
     assert (await stored(engine, task.id)).status.state is TaskState.FAILED
 
@@ -680,7 +691,8 @@ async def test_invalid_agent_output_fails_the_task_and_logs_why(
     if script is not _returns_while_working:
         assert len(refused) == 1  # the agent's enqueue_event raised
     if final is TaskState.FAILED:
-        assert task.status.message is not None and task.status.message.text
+        assert task.status.message is not None
+        assert task.status.message.text
     if script is _event_for_another_task:
         assert await engine.store.get("someone-elses-task") is None
 
@@ -700,10 +712,12 @@ async def test_a_message_only_agent_replies_with_a_bare_message_and_stores_nothi
     assert reply.task_id == ""
 
     in_context = await within(engine.send(req("again", context_id="ctx-7")))
-    assert isinstance(in_context, Message) and in_context.context_id == "ctx-7"
+    assert isinstance(in_context, Message)
+    assert in_context.context_id == "ctx-7"
 
     items = await collect(engine.stream(req("streamed")))
-    assert len(items) == 1 and isinstance(items[0][1], Message)
+    assert len(items) == 1
+    assert isinstance(items[0][1], Message)
     assert items[0][1].task_id == ""
 
     assert (await engine.store.list(TaskQuery())).total_size == 0
@@ -799,7 +813,7 @@ async def test_closing_a_stream_does_not_cancel_the_task(engines: Factory) -> No
     gate = asyncio.Event()
     engine = await engines(Scripted(_gated(gate)))
     items = engine.stream(req())
-    seq, first, _ = await within(anext(items))
+    _seq, first, _ = await within(anext(items))
     assert isinstance(first, Task)
     await items.aclose()
     assert engine.bus.tap_count() == 0
@@ -908,12 +922,14 @@ async def test_shutdown_fails_a_still_running_execution(engines: Factory) -> Non
 
     task = as_task(await within(send))
     assert task.status.state is TaskState.FAILED
-    assert task.status.message is not None and task.status.message.text == "server shutdown"
+    assert task.status.message is not None
+    assert task.status.message.text == "server shutdown"
     with pytest.raises(ServiceUnavailableError):
         await within(queued)
     saved = await stored(engine, task_id)
     assert saved.status.state is TaskState.FAILED
-    assert saved.status.message is not None and saved.status.message.text == "server shutdown"
+    assert saved.status.message is not None
+    assert saved.status.message.text == "server shutdown"
     for state in (TaskState.SUBMITTED, TaskState.WORKING):
         assert (await engine.store.list(TaskQuery(state=state))).total_size == 0
     assert not engine.registry
@@ -954,7 +970,8 @@ async def test_start_fails_tasks_a_dead_process_left_active(engines: Factory) ->
         task = await stored(engine, task_id)
         assert task.status.state is state
         if state is TaskState.FAILED:
-            assert task.status.message is not None and task.status.message.text == "server restarted"
+            assert task.status.message is not None
+            assert task.status.message.text == "server restarted"
     # The interrupted task survived the restart and can be continued.
     done = as_task(await within(engine.send(req("Ada", task_id="INPUT_REQUIRED"))))
     assert done.status.state is TaskState.COMPLETED
@@ -987,13 +1004,15 @@ async def test_subscribe_snapshot_first_then_events_across_input_required_until_
 
     sub = await within(engine.subscribe(task_id))
     seq0, snapshot, data = await within(anext(sub))
-    assert isinstance(snapshot, Task) and snapshot.status.state is TaskState.WORKING
+    assert isinstance(snapshot, Task)
+    assert snapshot.status.state is TaskState.WORKING
     assert b'"task"' in data
 
     gate.set()
     assert as_task(await within(send)).status.state is TaskState.INPUT_REQUIRED
     seq1, paused, _ = await within(anext(sub))
-    assert isinstance(paused, TaskStatusUpdateEvent) and paused.status.state is TaskState.INPUT_REQUIRED
+    assert isinstance(paused, TaskStatusUpdateEvent)
+    assert paused.status.state is TaskState.INPUT_REQUIRED
 
     # Still open across the interrupt: the continuation's events arrive on the same subscription.
     done = as_task(await within(engine.send(req("answer", task_id=task_id))))
@@ -1003,7 +1022,8 @@ async def test_subscribe_snapshot_first_then_events_across_input_required_until_
     assert strictly_increasing(seqs)
     events = [snapshot, paused, *(e for _, e, _ in rest)]
     assert fold(events) == ("got answer", TaskState.COMPLETED)
-    assert isinstance(events[-1], TaskStatusUpdateEvent) and events[-1].status.state is TaskState.COMPLETED
+    assert isinstance(events[-1], TaskStatusUpdateEvent)
+    assert events[-1].status.state is TaskState.COMPLETED
     assert engine.bus.tap_count() == 0
     assert engine.bus.log_count() == 0
 
@@ -1014,7 +1034,8 @@ async def test_subscribe_to_an_interrupted_task_that_is_not_executing(engines: F
     assert not engine.registry
     sub = await within(engine.subscribe(paused.id))
     _, snapshot, _ = await within(anext(sub))
-    assert isinstance(snapshot, Task) and snapshot.status.state is TaskState.INPUT_REQUIRED
+    assert isinstance(snapshot, Task)
+    assert snapshot.status.state is TaskState.INPUT_REQUIRED
     await within(engine.send(req("Ada", task_id=paused.id)))
     rest = await collect(sub)
     assert fold([snapshot, *(e for _, e, _ in rest)]) == ("Hello Ada", TaskState.COMPLETED)
@@ -1270,3 +1291,168 @@ async def test_a_status_change_flushes_coalesced_chunks(engines: Factory) -> Non
     saved = await stored(engine, paused.id)
     assert saved.status.state is TaskState.INPUT_REQUIRED
     assert texts(saved) == ["draft"]
+
+
+# --- the engine's own failures and races with a store that suspends ---------------------------------------
+
+
+class BrokenStore(MemoryTaskStore):
+    """A real memory store whose writes fail while ``broken`` (a full disk, a lost database connection)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = False
+
+    async def save(self, record: TaskRecord) -> None:
+        if self.broken:
+            raise OSError("disk full")
+        await super().save(record)
+
+
+class GatedStore(MemoryTaskStore):
+    """A real memory store that holds its ``hold_save``-th write mid-flight until ``release`` (as a SQLite or network
+    write suspends)."""
+
+    def __init__(self, hold_save: int) -> None:
+        super().__init__()
+        self.saves = 0
+        self.hold_save = hold_save
+        self.holding, self.release = asyncio.Event(), asyncio.Event()
+
+    async def save(self, record: TaskRecord) -> None:
+        self.saves += 1
+        if self.saves == self.hold_save:
+            self.holding.set()
+            await self.release.wait()
+        await super().save(record)
+
+
+async def test_a_store_failure_is_an_error_for_every_caller_never_a_hang(engines: Factory) -> None:
+    reached, gate = asyncio.Event(), asyncio.Event()
+
+    async def run(ctx: RequestContext, q: EventQueue) -> None:
+        u = TaskUpdater(q, ctx)
+        if ctx.text == "hold":
+            reached.set()
+            await gate.wait()
+        await u.working()
+        await u.requires_input("more?")
+
+    store = BrokenStore()
+    engine = await engines(Scripted(run), store=store)
+    paused = as_task(await within(engine.send(req("start"))))
+
+    store.broken = True
+    with pytest.raises(InternalError):
+        await within(engine.send(req("new task")))
+    with pytest.raises(InternalError):
+        await collect(engine.stream(req("new streamed task")))
+    running = await launch(engine.send(req("hold", task_id=paused.id)))
+    await within(reached.wait())
+    queued = await launch(engine.send(req("queued", task_id=paused.id)))
+    gate.set()
+    for send in (running, queued):
+        with pytest.raises(InternalError):
+            await within(send)
+    await settle(engine)
+
+    # The engine recovers with the store: the task continues from its stored state.
+    store.broken = False
+    assert (await stored(engine, paused.id)).status.state is TaskState.INPUT_REQUIRED
+    again = as_task(await within(engine.send(req("again", task_id=paused.id))))
+    assert again.status.state is TaskState.INPUT_REQUIRED
+    assert as_task(await within(engine.send(req("fresh")))).status.state is TaskState.INPUT_REQUIRED
+
+
+async def test_shutdown_answers_a_caller_whose_agent_published_nothing(engines: Factory) -> None:
+    running = asyncio.Event()
+
+    async def run(ctx: RequestContext, q: EventQueue) -> None:
+        running.set()
+        await forever()
+
+    engine = await engines(Scripted(run))
+    send = await launch(engine.send(req()))
+    await within(running.wait())
+    await within(engine.shutdown(grace=0))
+    with pytest.raises(ServiceUnavailableError):
+        await within(send)
+    assert (await engine.store.list(TaskQuery())).total_size == 0
+
+
+async def test_cancel_grace_still_interrupts_when_the_cancelling_caller_leaves(engines: Factory) -> None:
+    running, interrupted = asyncio.Event(), asyncio.Event()
+
+    async def run(ctx: RequestContext, q: EventQueue) -> None:
+        await TaskUpdater(q, ctx).working()
+        running.set()
+        try:
+            await forever()
+        except asyncio.CancelledError:
+            interrupted.set()
+            raise
+
+    engine = await engines(Scripted(run), cancel_grace=0.05)
+    await within(engine.send(req(now=True)))
+    await within(running.wait())
+    task_id = only_task_id(engine)
+    canceller = await launch(engine.cancel(task_id))
+    canceller.cancel()  # the client gave up on its CancelTask during the grace
+    await within(asyncio.wait({canceller}))
+    await within(interrupted.wait())
+    await settle(engine)
+    assert (await stored(engine, task_id)).status.state is TaskState.CANCELED
+
+
+async def test_subscribe_during_an_in_flight_write_gets_each_event_once(engines: Factory) -> None:
+    gate = asyncio.Event()
+
+    async def run(ctx: RequestContext, q: EventQueue) -> None:
+        u = TaskUpdater(q, ctx)
+        await u.working("step 1")
+        await u.working("step 2")
+        await gate.wait()
+        await u.complete()
+
+    store = GatedStore(hold_save=3)  # created, "step 1", then hold "step 2"
+    engine = await engines(Scripted(run), store=store)
+    send = await launch(engine.send(req()))
+    await within(store.holding.wait())  # "step 2" is applied to the live task; its write has not finished
+    task_id = only_task_id(engine)
+    subscribing = await launch(engine.subscribe(task_id))
+    store.release.set()
+    sub = await within(subscribing)
+    gate.set()
+    items = await collect(sub)
+    await within(send)
+
+    snapshot = items[0][1]
+    assert isinstance(snapshot, Task)
+    said = [m.text for m in snapshot.history if m.role.name == "AGENT"]
+    for _, event, _ in items[1:]:
+        if isinstance(event, TaskStatusUpdateEvent) and event.status.message is not None:
+            said.append(event.status.message.text)
+    assert said == ["step 1", "step 2"]
+    assert strictly_increasing([s for s, _, _ in items])
+
+
+async def test_cancel_while_the_engine_records_an_interrupted_outcome(engines: Factory) -> None:
+    async def run(ctx: RequestContext, q: EventQueue) -> None:
+        u = TaskUpdater(q, ctx)
+        await u.requires_input("which one?")
+        await u.artifact("a draft")  # coalesced: written by the engine after execute returns
+
+    # Writes: created, INPUT_REQUIRED, then (held) the engine's own write of the trailing chunk.
+    store = GatedStore(hold_save=3)
+    engine = await engines(Scripted(run), store=store, checkpoint_chunks=10_000, checkpoint_seconds=3600)
+    send = await launch(engine.send(req()))
+    await within(store.holding.wait())
+    task_id = only_task_id(engine)
+    cancelling = await launch(engine.cancel(task_id))
+    store.release.set()
+    result = await within(cancelling)
+    assert result.status.state is TaskState.CANCELED
+    assert as_task(await within(send)).status.state is TaskState.INPUT_REQUIRED
+    saved = await stored(engine, task_id)
+    assert saved.status.state is TaskState.CANCELED
+    assert texts(saved) == ["a draft"]

@@ -53,7 +53,9 @@ def test_state_sets_partition_the_lifecycle() -> None:
     assert {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED} == TERMINAL
     assert {TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED} == INTERRUPTED
     assert {TaskState.SUBMITTED, TaskState.WORKING} == ACTIVE
-    assert not (TERMINAL & INTERRUPTED or TERMINAL & ACTIVE or INTERRUPTED & ACTIVE)
+    assert not (TERMINAL & INTERRUPTED)
+    assert not (TERMINAL & ACTIVE)
+    assert not (INTERRUPTED & ACTIVE)
 
 
 @pytest.mark.parametrize("current", sorted(TERMINAL))
@@ -195,7 +197,8 @@ def test_status_messages_are_recorded_in_history_in_order() -> None:
         ("AGENT", "thanks"),
         ("AGENT", "done"),
     ]
-    assert task.status.message is not None and task.status.message.text == "done"
+    assert task.status.message is not None
+    assert task.status.message.text == "done"
 
 
 def test_history_is_untouched_by_artifacts() -> None:

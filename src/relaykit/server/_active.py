@@ -70,6 +70,9 @@ class ActiveTask:
         "context_id",
         "current",
         "dirty",
+        "emit_waiter",
+        "emitting",
+        "execute_returned",
         "last_flush",
         "message_mode",
         "owner",
@@ -97,6 +100,13 @@ class ActiveTask:
         self.dirty = False
         self.chunks_since_flush = 0
         self.last_flush = 0.0
+        # True while an event is applied to ``task`` but not yet published (its write may be in flight): a subscriber
+        # must not take its snapshot then, or it would get that event twice. It waits on ``emit_waiter`` instead.
+        self.emitting = False
+        self.emit_waiter: asyncio.Future[None] | None = None
+        # True once the current ``execute`` has returned (or raised): the engine is recording the outcome, and a
+        # cancel must not interrupt those writes any more.
+        self.execute_returned = False
 
     @property
     def task(self) -> Task | None:

@@ -18,10 +18,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from relaykit._errors import (
+    InternalError,
     InvalidAgentResponseError,
     InvalidParamsError,
     ResourceExhaustedError,
@@ -242,28 +243,55 @@ class TaskEngine:
 
     async def stream(self, request: SendMessageRequest, call: CallContext | None = None) -> AsyncIterator[StreamItem]:
         """SendStreamingMessage: the events of this message's execution, ending when it ends."""
-        pending = await self._admit(request, call or CallContext(), streaming=True)
+        call = call or CallContext()
+        pending = await self._admit(request, call, streaming=True)
         assert pending.started is not None
-        tap = await pending.started
         try:
-            async for item in self._follow(tap, until_terminal=False):
+            tap = await pending.started
+        except asyncio.CancelledError:
+            # The caller left before its execution began. The runner opens no tap for a caller that is gone
+            # (``started`` is cancelled then); if it already opened one, release it here, or it leaks (with its log).
+            if pending.tap is not None:
+                self.bus.close_tap(pending.tap)
+            raise
+        try:
+            tenant = request.tenant or call.tenant
+            async for item in self._follow(tap, until_terminal=False, tenant=tenant, owner=call.user):
                 yield item
         finally:
             self.bus.close_tap(tap)
+        done = pending.done
+        error = done.exception() if done.done() and not done.cancelled() else None
+        if error is not None:
+            # The execution ended without a task or a reply (the request itself failed): say so, rather than end
+            # the stream as if all went well.
+            raise error
 
-    async def _follow(self, tap: Tap, *, until_terminal: bool) -> AsyncIterator[StreamItem]:
+    async def _follow(self, tap: Tap, *, until_terminal: bool, tenant: str, owner: str) -> AsyncIterator[StreamItem]:
+        floor = 0  # events up to this seq are covered by a snapshot this reader was given
         while True:
             try:
                 item = await tap.get()
             except TapOverflowError:
-                # The reader fell behind: refill from the replay ring, or restart from a snapshot.
-                if not self.bus.reopen(tap):
-                    snap = await self._current(tap.task_id)
-                    if snap is not None:
-                        yield (tap.last_seq, snap, StreamResponse(task=snap).to_json())
+                # The reader fell behind and its tap was cut off: refill it from the replay ring, or, when the ring no
+                # longer reaches back that far, restart it from a snapshot of the task (live, or as stored once the
+                # task is no longer executing; a reader must never wait forever for events it already missed).
+                if self.bus.reopen(tap):
+                    continue
+                resync = await self._resync(tap.task_id, tenant, owner)
+                if resync is None:
+                    return
+                floor, snap = resync
+                tap.last_seq = max(tap.last_seq, floor)
+                yield (floor, snap, StreamResponse(task=snap).to_json())
+                state = snap.status.state
+                if state in TERMINAL or (not until_terminal and state in INTERRUPTED):
+                    return
                 continue
             if item is END:
                 return
+            if item[0] <= floor:
+                continue
             yield item
             event = item[1]
             if isinstance(event, Message):
@@ -276,11 +304,35 @@ class TaskEngine:
             elif isinstance(event, Task) and event.status.state in TERMINAL:
                 return
 
-    async def _current(self, task_id: str) -> Task | None:
+    def _visible(self, task_id: str, tenant: str, owner: str) -> ActiveTask | None:
         active = self.registry.get(task_id)
-        if active is not None and active.task is not None:
-            return _snapshot(active.task)
-        return None
+        if active is None or active.task is None or active.tenant != tenant or active.owner != owner:
+            return None
+        return active
+
+    async def _settled(self, task_id: str, tenant: str, owner: str) -> tuple[TaskRecord | None, ActiveTask | None]:
+        """The stored record and the live task, at a moment when no event is half-way between applied and published.
+
+        Nothing awaits between this returning and the caller's snapshot, so the snapshot and the bus position agree.
+        """
+        while True:
+            record = await self.store.get(task_id, tenant=tenant, owner=owner)
+            active = self._visible(task_id, tenant, owner)
+            if active is None or not active.emitting:
+                return record, active
+            if active.emit_waiter is None:
+                active.emit_waiter = asyncio.get_running_loop().create_future()
+            await asyncio.shield(active.emit_waiter)
+
+    async def _resync(self, task_id: str, tenant: str, owner: str) -> tuple[int, Task] | None:
+        """A snapshot of the task and the seq of the last event it includes."""
+        record, active = await self._settled(task_id, tenant, owner)
+        if active is not None:
+            assert active.record is not None
+            return self.bus.last_seq(task_id, active.record.event_seq), _snapshot(active.record.task)
+        if record is None:
+            return None
+        return record.event_seq, record.task
 
     # --- the runner --------------------------------------------------------------------------------------
 
@@ -297,7 +349,15 @@ class TaskEngine:
                         )
                     )
                     continue
-                await self._execute(active, pending)
+                try:
+                    await self._execute(active, pending)
+                except Exception:
+                    # The engine itself failed (typically the store refused a write). Without this the callers of this
+                    # and every queued message would wait forever and the runner's exception would go unretrieved.
+                    # The live state may now differ from the store, so drop it: the next message starts from the store.
+                    log.exception("task %s: could not record the execution", active.task_id)
+                    self._abandon(active, pending)
+                    return
         except asyncio.CancelledError:
             # Shutdown: anything still running is failed so no task is left WORKING by a clean stop.
             await self._finish_shutdown(active)
@@ -309,6 +369,16 @@ class TaskEngine:
             if not self.registry:
                 self._idle.set()
 
+    def _abandon(self, active: ActiveTask, pending: PendingRequest) -> None:
+        error = InternalError("the server could not record this task; try again")
+        for req in (pending, *active.requests):
+            req.reject(error)
+            if req.tap is not None:
+                req.tap.finish()
+        active.requests.clear()
+        active.current = None
+        active.context = None
+
     async def _finish_shutdown(self, active: ActiveTask) -> None:
         pending = active.current
         task = active.task
@@ -318,12 +388,16 @@ class TaskEngine:
         except Exception:
             log.exception("could not mark task %s failed at shutdown", active.task_id)
         if pending is not None:
+            if task is None and not active.message_mode:
+                # Nothing was published yet: the caller learns why there is no answer.
+                pending.reject(ServiceUnavailableError("server is shutting down"))
             self._conclude(active, pending)
 
     async def _execute(self, active: ActiveTask, pending: PendingRequest) -> None:
         active.current = pending
         active.agent_error = None
         active.cancel_requested = False
+        active.execute_returned = False
         active.message_mode = False
         message = pending.message
         task = active.task
@@ -342,33 +416,37 @@ class TaskEngine:
             call=pending.call,
         )
         active.context = context
-        if pending.started is not None:
+        if pending.started is not None and not pending.started.done():
             tap, _ = self.bus.open(active.task_id, base_seq=self._base_seq(active))
             pending.tap = tap
             pending.resolve(pending.started, tap)
         queue = EventQueue(lambda event: self._on_event(active, pending, event))
+        # Only this deadline's expiry is an executor timeout: a TimeoutError the agent raises itself (an upstream call
+        # timing out) is an ordinary agent failure. (wait_for could not tell the two apart, and formatting the
+        # timeout message with ``executor_timeout=None`` raised, leaving the caller waiting forever.)
+        deadline = asyncio.timeout(self.executor_timeout)
         try:
             if task is not None:
                 # Every task stream starts with the Task (spec §5.5); for a continuation, the current snapshot.
                 snap = _snapshot(task)
                 await self._emit(active, snap, StreamResponse(task=snap).to_json(), persist=False)
                 pending.resolve(pending.first, snap)
-            if self.executor_timeout is not None:
-                await asyncio.wait_for(self.executor.execute(context, queue), self.executor_timeout)
-            else:
-                await self.executor.execute(context, queue)
+            try:
+                async with deadline:
+                    await self.executor.execute(context, queue)
+            finally:
+                active.execute_returned = True
         except asyncio.CancelledError:
             queue.close()
             if not active.cancel_requested:
                 raise
             await self._after_cancel(active, context)
-        except TimeoutError:
-            queue.close()
-            log.warning("task %s: executor timed out after %ss", active.task_id, self.executor_timeout)
-            await self._fail(active, f"The agent did not finish within {self.executor_timeout:g} seconds.")
         except Exception as exc:
             queue.close()
-            if active.agent_error is not None or isinstance(exc, InvalidAgentResponseError):
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                log.warning("task %s: executor timed out after %ss", active.task_id, self.executor_timeout)
+                await self._fail(active, f"The agent did not finish within {self.executor_timeout:g} seconds.")
+            elif active.agent_error is not None or isinstance(exc, InvalidAgentResponseError):
                 reason = active.agent_error or exc
                 log.error("task %s: invalid agent output: %s", active.task_id, reason)
                 await self._fail(active, "The agent produced an invalid response.")
@@ -387,7 +465,9 @@ class TaskEngine:
     def _conclude(self, active: ActiveTask, pending: PendingRequest) -> None:
         task = active.task
         if active.message_mode:
-            reply = pending.first.result() if pending.first.done() and not pending.first.exception() else None
+            first = pending.first
+            # ``first`` is cancelled when a returnImmediately caller left; ``exception()`` would raise then.
+            reply = first.result() if first.done() and not first.cancelled() and first.exception() is None else None
             if reply is not None:
                 pending.resolve(pending.done, reply)
         elif task is not None:
@@ -483,7 +563,7 @@ class TaskEngine:
         if not pending.first.done():
             pending.resolve(pending.first, _snapshot(task))
 
-    async def _create(self, active: ActiveTask, pending: PendingRequest, event: Event) -> None:
+    async def _create(self, active: ActiveTask, pending: PendingRequest, event: Event | None) -> None:
         message = pending.message
         message.task_id = active.task_id
         if isinstance(event, Task):
@@ -516,10 +596,19 @@ class TaskEngine:
         """Persist (when asked) and then publish one event. The stored ``event_seq`` names this very event, so a
         subscriber that starts from the stored task resumes exactly after it."""
         record = active.record
-        if persist and record is not None:
-            record.event_seq = self.bus.last_seq(active.task_id, record.event_seq) + 1
-            await self._persist(active)
-        return await self._publish(active, event, data)
+        active.emitting = True
+        try:
+            if persist and record is not None:
+                record.event_seq = self.bus.last_seq(active.task_id, record.event_seq) + 1
+                await self._persist(active)
+            return await self._publish(active, event, data)
+        finally:
+            active.emitting = False
+            waiter = active.emit_waiter
+            if waiter is not None:
+                active.emit_waiter = None
+                if not waiter.done():
+                    waiter.set_result(None)
 
     async def _publish(self, active: ActiveTask, event: Any, data: bytes) -> int:
         terminal = isinstance(event, Message) or (
@@ -568,10 +657,14 @@ class TaskEngine:
     async def _fail(self, active: ActiveTask, text: str) -> None:
         task = active.task
         if task is None:
-            if not active.message_mode and active.current is not None:
-                # Nothing was created: fail the request itself, not a task.
-                active.current.reject(InvalidAgentResponseError(text))
-            return
+            pending = active.current
+            if active.message_mode or pending is None:
+                return
+            # Nothing was published yet, but the failure still belongs to a task (ARCHITECTURE §3: an exception in
+            # execute ⇒ task FAILED; CONTRACT "@agent": raising ⇒ FAILED): create it, then fail it.
+            await self._create(active, pending, None)
+            task = active.task
+            assert task is not None
         if task.status.state in TERMINAL:
             if active.dirty or active.chunks_since_flush:
                 await self._persist(active)
@@ -584,14 +677,17 @@ class TaskEngine:
         """CancelTask: CANCELED is persisted before this returns; a terminal task raises TaskNotCancelableError."""
         call = call or CallContext()
         tenant = tenant or call.tenant
-        active = self.registry.get(task_id)
-        if active is not None and (active.tenant != tenant or active.owner != call.user):
-            active = None
-        if active is not None and active.task is not None and active.current is not None and active.runner:
-            task = active.task
+        while (active := self._visible(task_id, tenant, call.user)) is not None and active.current and active.runner:
+            assert active.task is not None
+            if active.task.status.state in TERMINAL:
+                raise TaskNotCancelableError(
+                    f"task {task_id} is already {active.task.status.state.name}", task_id=task_id
+                )
+            task = await self._cancel_running(active)
             if task.status.state in TERMINAL:
-                raise TaskNotCancelableError(f"task {task_id} is already {task.status.state.name}", task_id=task_id)
-            return await self._cancel_running(active)
+                return task
+            # The execution ended interrupted before the cancel could reach it (or a queued message runs now):
+            # look again, and cancel the task as it is now.
         record = await self.store.get(task_id, tenant=tenant, owner=call.user)
         if record is None:
             raise TaskNotFoundError(task_id=task_id)
@@ -608,30 +704,44 @@ class TaskEngine:
         )
         context.cancel_event.set()
         await self._after_cancel(idle, context)
+        # The task is terminal now: drop its log unless someone is reading it (as _conclude does for executions);
+        # otherwise every canceled interrupted task would keep its replay ring until LRU eviction.
+        self.bus.forget(task_id)
         assert idle.task is not None
         return _snapshot(idle.task)
 
     async def _cancel_running(self, active: ActiveTask) -> Task:
-        runner = active.runner
         context = active.context
-        assert runner is not None
-        active.cancel_requested = True
-        if context is not None:
-            context.cancel_event.set()
+        assert active.runner is not None
         pending = active.current
-        if self.cancel_grace > 0 and pending is not None:
-            # Let a cooperative executor finish on its own first.
-            await asyncio.wait({pending.done}, timeout=self.cancel_grace)
-        if active.current is pending and pending is not None and not pending.done.done():
-            runner.cancel()
+        if not active.cancel_requested:
+            # Only the first cancel interrupts the execution. A second one (a client retrying) must not deliver
+            # another CancelledError: it would land in the executor's cancel() or the CANCELED write, and the runner
+            # would take it for a shutdown and fail the task. Later cancels just wait for the same outcome.
+            active.cancel_requested = True
+            if context is not None:
+                context.cancel_event.set()
+            if pending is not None and not pending.done.done():
+                if self.cancel_grace > 0:
+                    # Let a cooperative executor finish on its own first. A timer, not this coroutine, delivers the
+                    # cancellation, so it still happens if this caller goes away during the grace.
+                    timer = asyncio.get_running_loop().call_later(self.cancel_grace, self._interrupt, active, pending)
+                    pending.done.add_done_callback(lambda _: timer.cancel())
+                else:
+                    self._interrupt(active, pending)
         done = pending.done if pending is not None else None
         if done is not None:
             await asyncio.wait({done})
         task = active.task
         assert task is not None
-        if task.status.state is not TaskState.CANCELED and task.status.state not in TERMINAL:
-            raise TaskNotCancelableError(f"task {active.task_id} could not be canceled", task_id=active.task_id)
         return _snapshot(task)
+
+    @staticmethod
+    def _interrupt(active: ActiveTask, pending: PendingRequest) -> None:
+        # Never once execute has returned: the CancelledError would land in the engine's own writes of the outcome
+        # (torn write, and the runner would take it for a shutdown). The cancel then waits for that outcome instead.
+        if active.current is pending and not pending.done.done() and not active.execute_returned and active.runner:
+            active.runner.cancel()
 
     async def _after_cancel(self, active: ActiveTask, context: RequestContext) -> None:
         queue = EventQueue(lambda event: self._on_cancel_event(active, event))
@@ -687,10 +797,9 @@ class TaskEngine:
         """SubscribeToTask: Task snapshot first (or the events after ``last_event_id``), then until terminal."""
         call = call or CallContext()
         tenant = tenant or call.tenant
-        record = await self.store.get(task_id, tenant=tenant, owner=call.user)
-        active = self.registry.get(task_id)
-        if active is not None and (active.tenant != tenant or active.owner != call.user or active.task is None):
-            active = None
+        # Not while an event is applied but unpublished (its write in flight): the snapshot would already hold it,
+        # and the tap would deliver it again after.
+        record, active = await self._settled(task_id, tenant, call.user)
         if record is None and active is None:
             raise TaskNotFoundError(task_id=task_id)
         # No await from here until the tap is open: the snapshot and the tap's starting point must agree.
@@ -714,7 +823,7 @@ class TaskEngine:
         if last_event_id is not None:
             tap, gap = self.bus.open(task_id, after=last_event_id, base_seq=stored_seq)
             if not gap:
-                return self._subscription(tap, None)
+                return _Subscription(self._subscription(tap, None, tenant, call.user), self.bus, tap)
             self.bus.close_tap(tap)
         # From the snapshot: it stands for every event up to ``stored_seq``; replay whatever came after it.
         tap, gap = self.bus.open(task_id, after=stored_seq, base_seq=stored_seq)
@@ -722,14 +831,41 @@ class TaskEngine:
             self.bus.close_tap(tap)
             tap, _ = self.bus.open(task_id, base_seq=stored_seq)
             stored_seq = tap.last_seq
-        return self._subscription(tap, (stored_seq, snapshot))
+        return _Subscription(self._subscription(tap, (stored_seq, snapshot), tenant, call.user), self.bus, tap)
 
-    async def _subscription(self, tap: Tap, first: tuple[int, Task] | None) -> AsyncIterator[StreamItem]:
+    async def _subscription(
+        self, tap: Tap, first: tuple[int, Task] | None, tenant: str, owner: str
+    ) -> AsyncGenerator[StreamItem, None]:
         try:
             if first is not None:
                 seq, task = first
                 yield (seq, task, StreamResponse(task=task).to_json())
-            async for item in self._follow(tap, until_terminal=True):
+            async for item in self._follow(tap, until_terminal=True, tenant=tenant, owner=owner):
                 yield item
         finally:
             self.bus.close_tap(tap)
+
+
+class _Subscription:
+    """What ``subscribe`` returns: its tap is registered from the start, so closing must release it even when
+    iteration never began (``aclose()`` on an unstarted async generator runs none of its code, not its ``finally``).
+    """
+
+    __slots__ = ("_bus", "_items", "_tap")
+
+    def __init__(self, items: AsyncGenerator[StreamItem, None], bus: LocalEventBus, tap: Tap) -> None:
+        self._items = items
+        self._bus = bus
+        self._tap = tap
+
+    def __aiter__(self) -> _Subscription:
+        return self
+
+    async def __anext__(self) -> StreamItem:
+        return await self._items.__anext__()
+
+    async def aclose(self) -> None:
+        try:
+            await self._items.aclose()
+        finally:
+            self._bus.close_tap(self._tap)
