@@ -15,8 +15,8 @@ Encoding rules (A2A 1.0 digest §2), enforced here once for every model:
 from __future__ import annotations
 
 import base64
-import functools
 import binascii
+import functools
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Self
