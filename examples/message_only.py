@@ -7,6 +7,6 @@ from relaykit import Message, agent
 
 
 @agent
-async def reply(context):
+async def reply(context) -> Message:  # "-> Message": reply without creating a task
     """Replies with a message, never a task."""
     return Message.agent(f"You said: {context.text}", context_id=context.context_id)

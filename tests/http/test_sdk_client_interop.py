@@ -244,11 +244,6 @@ async def test_return_immediately_answers_before_the_work_is_done(sdk: SdkClient
         await bounded(client.cancel_task(CancelTaskRequest(id=task.id)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="relaykit bug: an @agent function (-> str) publishes nothing until it returns, so returnImmediately "
-    "waits for the whole execution and the client gets no task id to poll or subscribe to meanwhile",
-)
 async def test_return_immediately_with_a_function_agent(sdk: SdkClients, function_agent_url: str) -> None:
     client = await sdk(function_agent_url)
     started = time.monotonic()

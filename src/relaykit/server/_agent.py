@@ -1,7 +1,8 @@
 """``@agent``: turn a plain async function or async generator into an ``AgentExecutor``.
 
 * ``async def f(context) -> str`` ⇒ a task COMPLETED with one text artifact;
-* ``-> Message`` ⇒ a bare Message reply (no task);
+* ``-> Message`` (annotated so) ⇒ a bare Message reply (no task); every other function creates its task (WORKING)
+  before it runs, so callers see the task at once;
 * ``-> Part | list[Part] | Artifact`` ⇒ a task COMPLETED with that artifact;
 * an async generator of ``str`` (or ``Part``) ⇒ one artifact streamed as appended chunks, then COMPLETED;
 * raising ⇒ FAILED; ``context.requires_input("question")`` / ``context.requires_auth("…")`` ⇒ the interrupted states.
@@ -19,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn
 
 from relaykit._card import AgentCard
-from relaykit._types import Artifact, Message, Part, TaskState
+from relaykit._types import Artifact, Message, Part, Task, TaskState, TaskStatus
 from relaykit.server._context import RequestContext
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._queue import EventQueue
@@ -68,6 +69,9 @@ class FunctionAgent(AgentExecutor):
         self.fn = fn
         self.card = card
         self.streaming_fn = inspect.isasyncgenfunction(fn)
+        # A function that may reply with a bare Message must not create a task first; every other one creates its
+        # task (WORKING) before it runs, so returnImmediately and streams see the task at once, not at the end.
+        self.may_reply_with_message = not self.streaming_fn and _mentions_message(fn)
         self.__doc__ = fn.__doc__
         self.name = getattr(fn, "__name__", "agent")
         if idempotent:
@@ -83,6 +87,16 @@ class FunctionAgent(AgentExecutor):
     async def execute(self, context: RequestContext, queue: EventQueue) -> None:
         ctx = self._context(context, queue)
         updater = ctx.updater
+        task_created = False
+        if not self.may_reply_with_message:
+            await queue.enqueue_event(
+                Task(
+                    id=context.task_id,
+                    context_id=context.context_id,
+                    status=TaskStatus(state=TaskState.WORKING),
+                )
+            )
+            task_created = True
         try:
             if self.streaming_fn:
                 await self._stream(ctx, updater)
@@ -92,6 +106,11 @@ class FunctionAgent(AgentExecutor):
             await updater.update(stop.state, stop.message)
             return
         if isinstance(result, Message):
+            if task_created:
+                # The task exists already: the message becomes its final status message.
+                await updater.complete(result.model_copy(update={"task_id": context.task_id,
+                                                                 "context_id": context.context_id}))
+                return
             if not result.context_id:
                 result.context_id = context.context_id
             await queue.enqueue_event(result)
@@ -119,6 +138,15 @@ class FunctionAgent(AgentExecutor):
         if pending is not None:
             await updater.artifact(pending, artifact_id=artifact_id, append=artifact_id is not None, last_chunk=True)
         await updater.complete()
+
+
+def _mentions_message(fn: Any) -> bool:
+    annotation = inspect.signature(fn).return_annotation
+    if annotation is inspect.Signature.empty:
+        return False
+    if isinstance(annotation, str):
+        return "Message" in annotation
+    return annotation is Message or "Message" in repr(annotation)
 
 
 def _artifact_event(updater: TaskUpdater, artifact: Artifact) -> Any:
