@@ -24,7 +24,7 @@ from typing import Annotated, Any, Self
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer
 from pydantic.alias_generators import to_camel
 
-__all__ = ["A2AModel", "Base64Bytes", "Struct", "Timestamp", "format_timestamp", "utc_now"]
+__all__ = ["A2AModel", "Base64Bytes", "Encoded", "Struct", "Timestamp", "format_timestamp", "utc_now"]
 
 
 class A2AModel(BaseModel):
@@ -65,6 +65,19 @@ class A2AModel(BaseModel):
     def from_dict(cls, data: Any) -> Self:
         """Validate already-decoded ProtoJSON data into this type."""
         return cls.model_validate(data)
+
+
+class Encoded:
+    """A response that is already ProtoJSON bytes (e.g. a task as just persisted): bindings send it as is."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def to_json(self) -> bytes:
+        """The bytes, unchanged."""
+        return self.data
 
 
 # --- bytes -------------------------------------------------------------------------------------------------

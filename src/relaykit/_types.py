@@ -47,6 +47,7 @@ __all__ = [
     "TaskStatus",
     "TaskStatusUpdateEvent",
     "new_id",
+    "stream_json",
 ]
 
 
@@ -614,3 +615,19 @@ class GetExtendedAgentCardRequest(A2AModel):
     """GetExtendedAgentCard parameters."""
 
     tenant: str = ""
+
+
+_STREAM_KEYS: dict[type, bytes] = {
+    Task: b'{"task":',
+    Message: b'{"message":',
+    TaskStatusUpdateEvent: b'{"statusUpdate":',
+    TaskArtifactUpdateEvent: b'{"artifactUpdate":',
+}
+
+
+def stream_json(event: Event, body: bytes | None = None) -> bytes:
+    """The ``StreamResponse`` JSON of an event (or of an already-encoded one, ``body``), built by concatenation."""
+    key = _STREAM_KEYS.get(type(event))
+    if key is None:
+        return StreamResponse.of(event).to_json()
+    return key + (body if body is not None else event.to_json()) + b"}"

@@ -36,6 +36,9 @@ class TaskRecord:
     version: int = 0
     # The last event sequence number published for the task (SSE ids continue from it after a restart).
     event_seq: int = 0
+    # The task's ProtoJSON as of this save, when the writer already has it (stores use it instead of encoding
+    # again; the engine reuses it for responses). Writers that change the task must reset it.
+    body: bytes | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -17,10 +17,12 @@ import asyncio
 from collections import OrderedDict, deque
 from typing import Any
 
+from relaykit._types import stream_json
+
 __all__ = ["END", "LocalEventBus", "Tap"]
 
 # (seq, event object, encoded StreamResponse JSON)
-Item = tuple[int, Any, bytes]
+Item = tuple[int, Any, bytes]  # in the ring, the bytes may still be None (encoded on first read)
 END: Item = (-1, None, b"")
 
 
@@ -47,6 +49,11 @@ class Tap:
             self._items.append(item)
         self._wake()
 
+    @property
+    def waiting(self) -> bool:
+        """True while the reader is blocked waiting for the next item."""
+        return self._waiter is not None and not self._waiter.done()
+
     def finish(self) -> None:
         """No more items will come (the producer's execution ended, or the log closed)."""
         self.finished = True
@@ -71,6 +78,9 @@ class Tap:
                 self._waiter = None
         item = self._items.popleft()
         self.last_seq = item[0]
+        if item[2] is None:
+            # Replayed from the ring, where nobody had needed it encoded yet.
+            item = (item[0], item[1], stream_json(item[1]))
         return item
 
     def pending(self) -> int:
@@ -107,6 +117,7 @@ class LocalEventBus:
         self.tap_limit = tap_limit
         self.max_logs = max_logs
         self._logs: OrderedDict[str, _Log] = OrderedDict()
+        self.woke = False
 
     async def start(self) -> None:
         return None
@@ -140,14 +151,28 @@ class LocalEventBus:
         log = self._logs.get(task_id)
         return log.seq if log is not None else default
 
-    async def publish(self, task_id: str, event: Any, data: bytes, *, terminal: bool = False, base_seq: int = 0) -> int:
-        """Append one event to the task's log, fan it out, and return its sequence number."""
+    async def publish(
+        self, task_id: str, event: Any, data: bytes | None, *, terminal: bool = False, base_seq: int = 0
+    ) -> int:
+        """Append one event to the task's log, fan it out, and return its sequence number.
+
+        ``data`` (the encoded StreamResponse) may be ``None``: it is then encoded here only if a tap is listening,
+        and readers of the replay ring encode what they replay. Nobody listening costs no encoding at all.
+        ``woke`` tells the caller whether a reader was waiting for this event.
+        """
         log = self._log(task_id, base_seq)
         log.seq += 1
-        item = (log.seq, event, data)
+        self.woke = False
+        if log.taps:
+            if data is None:
+                data = stream_json(event)
+            item = (log.seq, event, data)
+            for tap in log.taps:
+                self.woke |= tap.waiting
+                tap.push(item)
+        else:
+            item = (log.seq, event, data)  # type: ignore[assignment]
         log.ring.append(item)
-        for tap in log.taps:
-            tap.push(item)
         if terminal:
             log.terminal = True
         return log.seq

@@ -33,7 +33,7 @@ class _Row:
 
     def __init__(self, record: TaskRecord, version: int) -> None:
         task = record.task
-        self.body = task.to_json()
+        self.body = record.body if record.body is not None else task.to_json()
         self.tenant = record.tenant
         self.owner = record.owner
         self.context_id = task.context_id

@@ -339,7 +339,8 @@ class SQLiteTaskStore:
         task = record.task
         task_id, version = task.id, record.version
         status_ts = sort_key(task)[0]
-        fields = (task.context_id, task.status.state.value, status_ts, version + 1, record.event_seq, task.to_json())
+        body = record.body if record.body is not None else task.to_json()
+        fields = (task.context_id, task.status.state.value, status_ts, version + 1, record.event_seq, body)
         scope = (record.tenant, record.owner)
 
         def job(conn: sqlite3.Connection) -> None:

@@ -23,7 +23,7 @@ from relaykit._errors import (
     MethodNotFoundError,
 )
 from relaykit._methods import OPERATIONS_BY_NAME
-from relaykit._model import A2AModel
+from relaykit._model import A2AModel, Encoded
 from relaykit.http._asgi import (
     Receive,
     Scope,
@@ -116,7 +116,7 @@ class JSONRPCBinding:
                 await self._stream(scope, receive, send, op.name, op.handler, request, call, rid)
                 return
             result = await self.handler.dispatch(op.handler, request, call)
-            data = result.to_json() if isinstance(result, A2AModel) else _EMPTY
+            data = result.to_json() if isinstance(result, A2AModel | Encoded) else _EMPTY
             await send_bytes(send, 200, _result(rid, data), _JSON, extension_headers(call))
         except A2AError as exc:
             await self._error(send, rid, exc)

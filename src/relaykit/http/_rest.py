@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from relaykit._errors import A2AError, InternalError, InvalidParamsError, JSONParseError, MethodNotFoundError
 from relaykit._methods import OPERATIONS, Operation
-from relaykit._model import A2AModel
+from relaykit._model import A2AModel, Encoded
 from relaykit.http._asgi import (
     Receive,
     Scope,
@@ -159,7 +159,7 @@ class RESTBinding:
                 )
                 return
             result = await self.handler.dispatch(op.handler, request, call)
-            data = result.to_json() if isinstance(result, A2AModel) else b"{}"
+            data = result.to_json() if isinstance(result, A2AModel | Encoded) else b"{}"
             await send_bytes(send, 200, data, A2A_JSON, extension_headers(call))
         except A2AError as exc:
             await _send_error(send, exc)

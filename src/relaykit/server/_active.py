@@ -38,10 +38,11 @@ class PendingRequest:
         self.configuration = configuration
         self.metadata = metadata
         self.call = call
-        # Resolved with the Task snapshot or the Message at the first event of this request's execution.
-        self.first: asyncio.Future[Task | Message] = loop.create_future()
+        # Resolved at the first event of this request's execution with the task's ProtoJSON bytes (decoded only if
+        # the caller needs an object) or the Message.
+        self.first: asyncio.Future[bytes | Message] = loop.create_future()
         # Resolved with the final Task snapshot (or the Message) when the execution ends.
-        self.done: asyncio.Future[Task | Message] = loop.create_future()
+        self.done: asyncio.Future[bytes | Message] = loop.create_future()
         # Streaming callers get a tap opened by the runner just before the execution starts.
         self.started: asyncio.Future[Tap] | None = loop.create_future() if streaming else None
         self.tap: Tap | None = None
@@ -74,6 +75,7 @@ class ActiveTask:
         "emitting",
         "execute_returned",
         "last_flush",
+        "last_yield",
         "message_mode",
         "owner",
         "record",
@@ -100,6 +102,7 @@ class ActiveTask:
         self.dirty = False
         self.chunks_since_flush = 0
         self.last_flush = 0.0
+        self.last_yield = 0.0
         # True while an event is applied to ``task`` but not yet published (its write may be in flight): a subscriber
         # must not take its snapshot then, or it would get that event twice. It waits on ``emit_waiter`` instead.
         self.emitting = False

@@ -108,8 +108,9 @@ class FunctionAgent(AgentExecutor):
         if isinstance(result, Message):
             if task_created:
                 # The task exists already: the message becomes its final status message.
-                await updater.complete(result.model_copy(update={"task_id": context.task_id,
-                                                                 "context_id": context.context_id}))
+                await updater.complete(
+                    result.model_copy(update={"task_id": context.task_id, "context_id": context.context_id})
+                )
                 return
             if not result.context_id:
                 result.context_id = context.context_id

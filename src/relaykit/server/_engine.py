@@ -45,6 +45,7 @@ from relaykit._types import (
     TaskStatus,
     TaskStatusUpdateEvent,
     new_id,
+    stream_json,
 )
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import END, LocalEventBus, Tap, TapOverflowError
@@ -226,6 +227,12 @@ class TaskEngine:
 
     async def send(self, request: SendMessageRequest, call: CallContext | None = None) -> Task | Message:
         """SendMessage: blocking (until terminal or interrupted) unless ``configuration.returnImmediately``."""
+        result = await self.send_raw(request, call)
+        return Task.model_validate_json(result) if isinstance(result, bytes) else result
+
+    async def send_raw(self, request: SendMessageRequest, call: CallContext | None = None) -> bytes | Message:
+        """``send``, with a task answered as its ProtoJSON bytes (as just persisted), so a binding can relay it
+        without decoding and re-encoding it."""
         pending = await self._admit(request, call or CallContext(), streaming=False)
         config = request.configuration
         fut = pending.first if config is not None and config.return_immediately else pending.done
@@ -239,7 +246,7 @@ class TaskEngine:
             task = active.task if active is not None else None
             if task is None:
                 return await pending.first
-            return _snapshot(task)
+            return task.to_json()
 
     async def stream(self, request: SendMessageRequest, call: CallContext | None = None) -> AsyncIterator[StreamItem]:
         """SendStreamingMessage: the events of this message's execution, ending when it ends."""
@@ -401,16 +408,18 @@ class TaskEngine:
         active.message_mode = False
         message = pending.message
         task = active.task
+        body: bytes | None = None
         if task is not None:
             # A continuation: the user's message joins the history now; it is persisted with the next status write.
             message.task_id = task.id
             task.history.append(message)
             active.dirty = True
+            body = task.to_json()
         context = RequestContext(
             task_id=active.task_id,
             context_id=active.context_id,
             message=message,
-            task=_snapshot(task) if task is not None else None,
+            task=Task.model_validate_json(body) if body is not None else None,
             metadata=pending.metadata,
             configuration=pending.configuration,
             call=pending.call,
@@ -420,17 +429,18 @@ class TaskEngine:
             tap, _ = self.bus.open(active.task_id, base_seq=self._base_seq(active))
             pending.tap = tap
             pending.resolve(pending.started, tap)
+            # Let the streaming caller reach its tap before the first event, so that event goes out at once.
+            await asyncio.sleep(0)
         queue = EventQueue(lambda event: self._on_event(active, pending, event))
         # Only this deadline's expiry is an executor timeout: a TimeoutError the agent raises itself (an upstream call
         # timing out) is an ordinary agent failure. (wait_for could not tell the two apart, and formatting the
         # timeout message with ``executor_timeout=None`` raised, leaving the caller waiting forever.)
         deadline = asyncio.timeout(self.executor_timeout)
         try:
-            if task is not None:
+            if body is not None:
                 # Every task stream starts with the Task (spec §5.5); for a continuation, the current snapshot.
-                snap = _snapshot(task)
-                await self._emit(active, snap, StreamResponse(task=snap).to_json(), persist=False)
-                pending.resolve(pending.first, snap)
+                await self._emit(active, None, None, persist=False, body=body)
+                pending.resolve(pending.first, body)
             try:
                 async with deadline:
                     await self.executor.execute(context, queue)
@@ -471,9 +481,9 @@ class TaskEngine:
             if reply is not None:
                 pending.resolve(pending.done, reply)
         elif task is not None:
-            snap = _snapshot(task)
-            pending.resolve(pending.first, snap)
-            pending.resolve(pending.done, snap)
+            body = self._body(active)
+            pending.resolve(pending.first, body)
+            pending.resolve(pending.done, body)
         else:
             pending.reject(InvalidAgentResponseError("the agent returned without replying"))
         if pending.tap is not None:
@@ -523,7 +533,7 @@ class TaskEngine:
                 event.context_id = active.context_id
             # A bare Message reply belongs to no task (the task id was only provisional).
             event.task_id = ""
-            await self._emit(active, event, StreamResponse(message=event).to_json(), persist=False)
+            await self._emit(active, event, None, persist=False)
             pending.resolve(pending.first, event)
             return
         if active.message_mode:
@@ -547,21 +557,20 @@ class TaskEngine:
                 active.chunks_since_flush >= self.checkpoint_chunks
                 or now - active.last_flush >= self.checkpoint_seconds
             )
-            await self._emit(active, event, StreamResponse(artifact_update=event).to_json(), persist=flush)
+            await self._emit(active, event, None, persist=flush)
         elif isinstance(event, TaskStatusUpdateEvent):
             if event.context_id != active.context_id:
                 raise InvalidAgentResponseError(f"status event with contextId {event.context_id!r}")
             event.status.timestamp = utc_now()
             apply(task, event)
-            await self._emit(active, event, StreamResponse(status_update=event).to_json(), persist=True)
+            await self._emit(active, event, None, persist=True)
         else:  # a Task object replacing the snapshot
             if event.status.timestamp is None or event.status.state is not task.status.state:
                 event.status.timestamp = utc_now()
             apply(task, event)
-            snap = _snapshot(task)
-            await self._emit(active, snap, StreamResponse(task=snap).to_json(), persist=True)
+            await self._emit(active, None, None, persist=True)
         if not pending.first.done():
-            pending.resolve(pending.first, _snapshot(task))
+            pending.resolve(pending.first, self._body(active))
 
     async def _create(self, active: ActiveTask, pending: PendingRequest, event: Event | None) -> None:
         message = pending.message
@@ -584,23 +593,37 @@ class TaskEngine:
                 history=[message],
             )
         active.record = TaskRecord(task, active.tenant, active.owner, 0, self.bus.last_seq(active.task_id))
-        # Published events are immutable: subscribers read them later, while the live task keeps changing.
-        snap = _snapshot(task)
-        await self._emit(active, snap, StreamResponse(task=snap).to_json(), persist=True)
-        pending.resolve(pending.first, snap)
+        await self._emit(active, None, None, persist=True)
+        pending.resolve(pending.first, self._body(active))
 
     def _base_seq(self, active: ActiveTask) -> int:
         return active.record.event_seq if active.record is not None else 0
 
-    async def _emit(self, active: ActiveTask, event: Any, data: bytes, *, persist: bool) -> int:
+    async def _emit(
+        self, active: ActiveTask, event: Any, data: bytes | None, *, persist: bool, body: bytes | None = None
+    ) -> int:
         """Persist (when asked) and then publish one event. The stored ``event_seq`` names this very event, so a
-        subscriber that starts from the stored task resumes exactly after it."""
+        subscriber that starts from the stored task resumes exactly after it.
+
+        ``event=None`` publishes the task itself: its bytes are the ones just persisted (or ``body``), and the event
+        object is a frozen copy, since readers look at it later while the live task keeps changing.
+        ``data=None`` leaves encoding to whoever needs the bytes (a live tap, the push hook, a replay).
+        """
         record = active.record
         active.emitting = True
         try:
             if persist and record is not None:
                 record.event_seq = self.bus.last_seq(active.task_id, record.event_seq) + 1
                 await self._persist(active)
+            if event is None:
+                assert record is not None
+                if body is None:
+                    body = self._body(active)
+                listened = self.on_event is not None or self.bus.tap_count(active.task_id) > 0
+                # A parsed copy for listeners; otherwise a shallow copy, whose status (replaced, never mutated, on
+                # every change) is all the engine itself reads from a published Task.
+                event = Task.model_validate_json(body) if listened else record.task.model_copy()
+                data = stream_json(event, body)
             return await self._publish(active, event, data)
         finally:
             active.emitting = False
@@ -610,19 +633,35 @@ class TaskEngine:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    async def _publish(self, active: ActiveTask, event: Any, data: bytes) -> int:
+    async def _publish(self, active: ActiveTask, event: Any, data: bytes | None) -> int:
         terminal = isinstance(event, Message) or (
             isinstance(event, TaskStatusUpdateEvent | Task) and event.status.state in TERMINAL
         )
-        seq = await self.bus.publish(active.task_id, event, data, terminal=terminal, base_seq=self._base_seq(active))
+        bus = self.bus
+        seq = await bus.publish(active.task_id, event, data, terminal=terminal, base_seq=self._base_seq(active))
         if active.record is not None:
             active.record.event_seq = seq
         if self.on_event is not None:
             try:
-                await self.on_event(active, seq, event, data)
+                await self.on_event(active, seq, event, data if data is not None else stream_json(event))
             except Exception:
                 log.exception("task %s: event hook failed", active.task_id)
+        if bus.woke:
+            # A reader was waiting for this event: let it run now (about once a millisecond at most), so the first
+            # event of a stream leaves at once instead of after the whole burst, while bursts still batch.
+            now = time.monotonic()
+            if now - active.last_yield >= 0.001:
+                active.last_yield = now
+                await asyncio.sleep(0)
         return seq
+
+    def _body(self, active: ActiveTask) -> bytes:
+        """The task's ProtoJSON: the bytes of its last write when nothing changed since, else freshly encoded."""
+        record = active.record
+        assert record is not None
+        if record.body is None or active.dirty or active.chunks_since_flush:
+            return record.task.to_json()
+        return record.body
 
     async def _persist(self, active: ActiveTask) -> None:
         record = active.record
@@ -631,6 +670,7 @@ class TaskEngine:
         active.dirty = False
         active.chunks_since_flush = 0
         active.last_flush = time.monotonic()
+        record.body = record.task.to_json()
         if self._sync_store:
             await self.store.save(record)
             return
@@ -652,7 +692,7 @@ class TaskEngine:
             status=TaskStatus(state=state, message=_agent_message(text, task.id, task.context_id), timestamp=utc_now()),
         )
         apply(task, event)
-        await self._emit(active, event, StreamResponse(status_update=event).to_json(), persist=True)
+        await self._emit(active, event, None, persist=True)
 
     async def _fail(self, active: ActiveTask, text: str) -> None:
         task = active.task
@@ -765,12 +805,7 @@ class TaskEngine:
         if isinstance(event, TaskStatusUpdateEvent):
             event.status.timestamp = utc_now()
         apply(task, event)
-        payload = (
-            StreamResponse(status_update=event)
-            if isinstance(event, TaskStatusUpdateEvent)
-            else StreamResponse(artifact_update=event)
-        )
-        await self._emit(active, event, payload.to_json(), persist=True)
+        await self._emit(active, event, None, persist=True)
 
     # --- reads and subscriptions -------------------------------------------------------------------------
 

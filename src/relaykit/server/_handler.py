@@ -19,7 +19,7 @@ from relaykit._errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from relaykit._model import A2AModel
+from relaykit._model import A2AModel, Encoded
 from relaykit._types import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
@@ -107,14 +107,21 @@ class RequestHandler:
 
     # --- messages ----------------------------------------------------------------------------------------
 
-    async def send_message(self, request: SendMessageRequest, call: CallContext) -> SendMessageResponse:
+    async def send_message(self, request: SendMessageRequest, call: CallContext) -> SendMessageResponse | Encoded:
         """SendMessage."""
-        result = await self.engine.send(request, call)
+        config = request.configuration
+        if config is not None and config.task_push_notification_config is not None:
+            self._require_push()
+        result = await self.engine.send_raw(request, call)
         if isinstance(result, Message):
             return SendMessageResponse(message=result)
-        await self._bind_inline_push(request, result, call)
-        config = request.configuration
-        return SendMessageResponse(task=trim_history(result, config.history_length if config else None))
+        history_length = config.history_length if config else None
+        if history_length is None and (config is None or config.task_push_notification_config is None):
+            # The common case: relay the task exactly as persisted, without decoding and re-encoding it.
+            return Encoded(b'{"task":' + result + b"}")
+        task = Task.model_validate_json(result)
+        await self._bind_inline_push(request, task, call)
+        return SendMessageResponse(task=trim_history(task, history_length))
 
     async def send_streaming_message(self, request: SendMessageRequest, call: CallContext) -> AsyncIterator[StreamItem]:
         """SendStreamingMessage: (seq, event, encoded StreamResponse) items."""
