@@ -92,11 +92,11 @@ class ServerFactory:
         key = (target, store, tuple(sorted((env or {}).items())), args)
         server = self.servers.get(key)
         if server is None or server.proc.poll() is not None:
-            server = self._start(target, store=store, env=env or {}, args=args, index=len(self.servers))
+            server = self.start(target, store=store, env=env or {}, args=args, index=len(self.servers))
             self.servers[key] = server
         return server.base_url
 
-    def _start(
+    def start(
         self, target: str, *, store: str, env: dict[str, str], args: tuple[str, ...], index: int
     ) -> ServerProcess:
         last_error = ""

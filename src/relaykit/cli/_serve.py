@@ -129,14 +129,22 @@ def run_serve(args: argparse.Namespace) -> int:
     print(
         f"relaykit: serving {args.target} — agent card at {public.rstrip('/')}/.well-known/agent-card.json", flush=True
     )
+
+    async def main() -> int:
+        # Open the store (and take its single-owner lock) before listening, so a refusal is one clear line,
+        # not a failed-lifespan traceback. The lifespan's own start is then a no-op.
+        try:
+            await app.state.relaykit.start()
+        except Exception as exc:
+            print(f"relaykit serve: {exc}", file=sys.stderr)
+            return 1
+        await server.serve()
+        return 0 if server.started_ok else 1
+
     try:
-        asyncio.run(server.serve())
+        return asyncio.run(main())
     except KeyboardInterrupt:
-        pass
-    except Exception as exc:  # startup failure (e.g. the store is locked by another process)
-        print(f"relaykit serve: {exc}", file=sys.stderr)
-        return 1
-    return 0 if server.started_ok else 1
+        return 0
 
 
 def reload_factory() -> Any:
@@ -183,3 +191,6 @@ class _DrainingServer(_Base):  # type: ignore[misc]
             await self.relaykit.stop()
         finally:
             super().handle_exit(sig, frame)
+            # uvicorn re-raises a captured signal after shutdown, so the process would die by SIGTERM. A drained,
+            # intentional stop is a success: exit 0 instead.
+            self._captured_signals.clear()

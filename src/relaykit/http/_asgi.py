@@ -21,7 +21,13 @@ from urllib.parse import parse_qsl
 
 from starlette.datastructures import Headers
 
-from relaykit._errors import A2AError, InvalidRequestError, PayloadTooLargeError, VersionNotSupportedError
+from relaykit._errors import (
+    A2AError,
+    InternalError,
+    InvalidRequestError,
+    PayloadTooLargeError,
+    VersionNotSupportedError,
+)
 from relaykit.server._context import ANONYMOUS, CallContext
 
 __all__ = [
@@ -168,6 +174,10 @@ Framer = Callable[[int, bytes], bytes]
 ErrorFramer = Callable[[A2AError], bytes]
 
 
+def _none_pending() -> int:
+    return 0
+
+
 async def stream_sse(
     receive: Receive,
     send: Send,
@@ -208,20 +218,27 @@ async def stream_sse(
                 return
 
     watcher = asyncio.create_task(watch())
+    # Frames already waiting are sent in one write (a burst of chunks is one syscall, not one each); the buffer is
+    # flushed as soon as nothing more is ready, so no event ever waits for a later one.
+    pending: Callable[[], int] = getattr(items, "pending", _none_pending)
     try:
         await send({"type": "http.response.body", "body": frame(first[0], first[2]), "more_body": True})
+        batch: list[bytes] = []
         try:
             async for seq, _event, data in items:
-                state["last"] = asyncio.get_running_loop().time()
-                await send({"type": "http.response.body", "body": frame(seq, data), "more_body": True})
+                batch.append(frame(seq, data))
+                if len(batch) >= 256 or not pending():
+                    state["last"] = asyncio.get_running_loop().time()
+                    body = batch[0] if len(batch) == 1 else b"".join(batch)
+                    batch.clear()
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
         except A2AError as exc:
-            await send({"type": "http.response.body", "body": error_frame(exc), "more_body": True})
+            batch.append(error_frame(exc))
         except Exception:
             log.exception("stream failed")
-            from relaykit._errors import InternalError
-
-            await send({"type": "http.response.body", "body": error_frame(InternalError()), "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
+            batch.append(error_frame(InternalError()))
+        # What is still buffered (the stream ended, or failed, with frames not yet written) goes out last.
+        await send({"type": "http.response.body", "body": b"".join(batch), "more_body": False})
     except asyncio.CancelledError:
         if not disconnected.is_set():
             raise

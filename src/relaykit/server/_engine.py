@@ -55,7 +55,7 @@ from relaykit.server._context import CallContext, RequestContext
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._queue import Event, EventQueue
 
-__all__ = ["StreamItem", "TaskEngine"]
+__all__ = ["EventStream", "StreamItem", "TaskEngine"]
 
 log = logging.getLogger("relaykit.engine")
 
@@ -248,13 +248,20 @@ class TaskEngine:
                 return await pending.first
             return task.to_json()
 
-    async def stream(self, request: SendMessageRequest, call: CallContext | None = None) -> AsyncIterator[StreamItem]:
+    def stream(self, request: SendMessageRequest, call: CallContext | None = None) -> EventStream:
         """SendStreamingMessage: the events of this message's execution, ending when it ends."""
-        call = call or CallContext()
+        holder = EventStream()
+        holder.items = self._stream(request, call or CallContext(), holder)
+        return holder
+
+    async def _stream(
+        self, request: SendMessageRequest, call: CallContext, holder: EventStream
+    ) -> AsyncGenerator[StreamItem, None]:
         pending = await self._admit(request, call, streaming=True)
         assert pending.started is not None
         try:
             tap = await pending.started
+            holder.tap = tap
         except asyncio.CancelledError:
             # The caller left before its execution began. The runner opens no tap for a caller that is gone
             # (``started`` is cancelled then); if it already opened one, release it here, or it leaks (with its log).
@@ -881,6 +888,32 @@ class TaskEngine:
             self.bus.close_tap(tap)
 
 
+class EventStream:
+    """The events of one stream, plus ``pending()``: how many are already buffered, so a writer can send a burst
+    in one write and flush as soon as nothing more is ready."""
+
+    __slots__ = ("items", "tap")
+
+    def __init__(self) -> None:
+        self.items: AsyncGenerator[StreamItem, None] | None = None
+        self.tap: Tap | None = None
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> StreamItem:
+        assert self.items is not None
+        return await self.items.__anext__()
+
+    def pending(self) -> int:
+        """Events buffered and ready to read without waiting."""
+        return self.tap.pending() if self.tap is not None else 0
+
+    async def aclose(self) -> None:
+        if self.items is not None:
+            await self.items.aclose()
+
+
 class _Subscription:
     """What ``subscribe`` returns: its tap is registered from the start, so closing must release it even when
     iteration never began (``aclose()`` on an unstarted async generator runs none of its code, not its ``finally``).
@@ -898,6 +931,10 @@ class _Subscription:
 
     async def __anext__(self) -> StreamItem:
         return await self._items.__anext__()
+
+    def pending(self) -> int:
+        """Events buffered and ready to read without waiting."""
+        return self._tap.pending()
 
     async def aclose(self) -> None:
         try:

@@ -1,0 +1,35 @@
+"""The A2A client: card discovery, transport negotiation, resumable streams, typed errors, human-in-the-loop.
+
+>>> from relaykit.client import Client
+>>> async def main():
+...     async with Client("http://localhost:8000") as client:
+...         task = await client.send("hello")
+...         async for event in client.stream("stream me"):
+...             print(event)
+"""
+
+from relaykit.client._auth import APIKeyAuth, BearerAuth, Interceptor, OAuth2ClientCredentials, TraceContext
+from relaykit.client._card import CardResolver, canonical_card, choose_interface, parse_card, sign_card, verify_card
+from relaykit.client._client import A2ATaskInputRequiredError, Client, ResumePolicy, RetryPolicy
+from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport
+
+__all__ = [
+    "A2ATaskInputRequiredError",
+    "APIKeyAuth",
+    "BearerAuth",
+    "CardResolver",
+    "Client",
+    "ClientTransport",
+    "Interceptor",
+    "JSONRPCTransport",
+    "OAuth2ClientCredentials",
+    "RESTTransport",
+    "ResumePolicy",
+    "RetryPolicy",
+    "TraceContext",
+    "canonical_card",
+    "choose_interface",
+    "parse_card",
+    "sign_card",
+    "verify_card",
+]

@@ -1,0 +1,120 @@
+"""Per-request header hooks (interceptors): auth schemes and W3C trace context.
+
+An interceptor is any object with ``async def headers(self, operation: str) -> Mapping[str, str]``; the client
+merges what every interceptor returns into each request, in order.
+
+>>> from relaykit.client import BearerAuth
+>>> auth = BearerAuth("token-123")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol, runtime_checkable
+
+import httpx
+
+from relaykit._errors import AuthenticationRequiredError
+
+__all__ = ["APIKeyAuth", "BearerAuth", "Interceptor", "OAuth2ClientCredentials", "TraceContext"]
+
+
+@runtime_checkable
+class Interceptor(Protocol):
+    """Adds headers to every request the client sends."""
+
+    async def headers(self, operation: str) -> Mapping[str, str]:
+        """Headers for one request of ``operation`` (e.g. ``"SendMessage"``)."""
+
+
+class BearerAuth:
+    """``Authorization: Bearer <token>``; ``token`` may be a string or an async callable returning one."""
+
+    def __init__(self, token: str | Callable[[], Awaitable[str]]) -> None:
+        self.token = token
+
+    async def headers(self, operation: str) -> Mapping[str, str]:
+        token = self.token if isinstance(self.token, str) else await self.token()
+        return {"Authorization": f"Bearer {token}"}
+
+
+class APIKeyAuth:
+    """An API key in a header (``X-API-Key`` by default)."""
+
+    def __init__(self, key: str, *, header: str = "X-API-Key") -> None:
+        self.key = key
+        self.header = header
+
+    async def headers(self, operation: str) -> Mapping[str, str]:
+        return {self.header: self.key}
+
+
+class OAuth2ClientCredentials:
+    """OAuth 2.0 client-credentials token provider (RFC 6749 §4.4): fetches, caches and refreshes a bearer token."""
+
+    def __init__(
+        self,
+        token_url: str,
+        client_id: str,
+        client_secret: str,
+        *,
+        scopes: tuple[str, ...] = (),
+        http: httpx.AsyncClient | None = None,
+        leeway: float = 30.0,
+    ) -> None:
+        self.token_url = token_url
+        self.client_id = client_id
+        self.client_secret = client_secret
+        self.scopes = scopes
+        self.http = http
+        self.leeway = leeway
+        self._token: str | None = None
+        self._expires = 0.0
+        self._lock = asyncio.Lock()
+
+    async def token(self) -> str:
+        """A valid access token, fetched when missing or about to expire."""
+        async with self._lock:
+            if self._token is not None and time.monotonic() < self._expires - self.leeway:
+                return self._token
+            form = {"grant_type": "client_credentials"}
+            if self.scopes:
+                form["scope"] = " ".join(self.scopes)
+            http = self.http or httpx.AsyncClient(timeout=30.0)
+            try:
+                response = await http.post(self.token_url, data=form, auth=(self.client_id, self.client_secret))
+            finally:
+                if self.http is None:
+                    await http.aclose()
+            if response.status_code != 200:
+                raise AuthenticationRequiredError(
+                    f"token endpoint {self.token_url} refused the client credentials (HTTP {response.status_code})"
+                )
+            body = response.json()
+            self._token = str(body["access_token"])
+            self._expires = time.monotonic() + float(body.get("expires_in", 3600))
+            return self._token
+
+    async def headers(self, operation: str) -> Mapping[str, str]:
+        return {"Authorization": f"Bearer {await self.token()}"}
+
+
+class TraceContext:
+    """Propagates W3C trace context: the current OpenTelemetry span when installed, else a fixed ``traceparent``."""
+
+    def __init__(self, traceparent: str | None = None) -> None:
+        self.traceparent = traceparent
+
+    async def headers(self, operation: str) -> Mapping[str, str]:
+        carrier: dict[str, str] = {}
+        try:
+            from opentelemetry import propagate
+
+            propagate.inject(carrier)
+        except ImportError:
+            pass
+        if "traceparent" not in carrier and self.traceparent:
+            carrier["traceparent"] = self.traceparent
+        return carrier

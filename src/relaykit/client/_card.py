@@ -1,0 +1,185 @@
+"""Agent Card discovery and transport negotiation (digest §1, §4.5, §7.5).
+
+* ``CardResolver`` fetches ``/.well-known/agent-card.json``, keeps it for its ``Cache-Control: max-age`` and
+  revalidates with ``If-None-Match`` (a 304 keeps the cached card).
+* ``verify_card`` checks a card's detached JWS signatures (RFC 7515, payload canonicalised per RFC 8785) against a
+  key, with the algorithms pinned.
+* ``choose_interface`` filters and orders the card's ``supportedInterfaces`` by the client's preference; ties keep
+  the card's order (the server's preference). A card with nothing usable raises ``A2AInvalidCardError``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from relaykit._card import AgentCard, AgentInterface
+from relaykit._errors import A2AConnectionError, A2AInvalidCardError, A2ATimeoutError
+
+__all__ = ["CARD_PATH", "CardResolver", "canonical_card", "choose_interface", "parse_card", "sign_card", "verify_card"]
+
+CARD_PATH = "/.well-known/agent-card.json"
+_MAX_AGE = re.compile(r"max-age=(\d+)")
+
+
+def card_url(url: str) -> str:
+    """The card URL for a base URL (a URL that already names a JSON document is used as is)."""
+    if url.endswith(".json"):
+        return url
+    return url.rstrip("/") + CARD_PATH
+
+
+@dataclass
+class _Cached:
+    card: AgentCard
+    etag: str | None
+    expires: float
+
+
+class CardResolver:
+    """Fetches and caches agent cards (RFC 9111 freshness + ETag revalidation)."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+        self._cache: dict[str, _Cached] = {}
+
+    async def get(self, url: str, *, headers: dict[str, str] | None = None) -> AgentCard:
+        """The card at ``url`` (a base URL or the card's own URL)."""
+        target = card_url(url)
+        cached = self._cache.get(target)
+        if cached is not None and cached.expires > time.monotonic():
+            return cached.card
+        request_headers = dict(headers or {})
+        if cached is not None and cached.etag:
+            request_headers["If-None-Match"] = cached.etag
+        try:
+            response = await self.http.get(target, headers=request_headers)
+        except httpx.TimeoutException as exc:
+            raise A2ATimeoutError(f"{target} did not answer in time") from exc
+        except httpx.HTTPError as exc:
+            raise A2AConnectionError(f"cannot fetch the agent card at {target}: {exc}") from exc
+        max_age = _max_age(response.headers.get("cache-control", ""))
+        if response.status_code == 304 and cached is not None:
+            cached.expires = time.monotonic() + max_age
+            return cached.card
+        if response.status_code != 200:
+            raise A2AInvalidCardError(f"{target} answered HTTP {response.status_code}, not an agent card")
+        card = parse_card(response.content, target)
+        self._cache[target] = _Cached(card, response.headers.get("etag"), time.monotonic() + max_age)
+        return card
+
+
+def _max_age(cache_control: str) -> float:
+    if "no-store" in cache_control or "no-cache" in cache_control:
+        return 0.0
+    found = _MAX_AGE.search(cache_control)
+    return float(found.group(1)) if found else 0.0
+
+
+def parse_card(data: bytes | str, source: str = "the agent card") -> AgentCard:
+    """Validate card JSON; 0.3-style cards (``url`` + ``preferredTransport``) are read as their 1.0 equivalent."""
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
+        raise A2AInvalidCardError(f"{source} is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise A2AInvalidCardError(f"{source} is not a JSON object")
+    if not raw.get("supportedInterfaces") and raw.get("url"):
+        # A 0.3 card: its main URL and additional interfaces, all at its declared protocolVersion.
+        version = str(raw.get("protocolVersion", "0.3"))
+        interfaces = [
+            {"url": raw["url"], "protocolBinding": raw.get("preferredTransport", "JSONRPC"), "protocolVersion": version}
+        ]
+        for extra in raw.get("additionalInterfaces") or []:
+            if isinstance(extra, dict) and extra.get("url"):
+                interfaces.append(
+                    {
+                        "url": extra["url"],
+                        "protocolBinding": extra.get("transport", "JSONRPC"),
+                        "protocolVersion": version,
+                    }
+                )
+        raw = {**raw, "supportedInterfaces": interfaces}
+    try:
+        return AgentCard.model_validate(raw)
+    except ValidationError as exc:
+        raise A2AInvalidCardError(f"{source} is not a valid agent card: {exc}") from None
+
+
+def choose_interface(card: AgentCard, preferences: Sequence[str]) -> AgentInterface:
+    """The interface to use: the client's preference order first, the card's order among equals."""
+    ranked: list[tuple[int, int, AgentInterface]] = []
+    for position, interface in enumerate(card.supported_interfaces):
+        binding = interface.protocol_binding.upper()
+        if binding not in preferences:
+            continue
+        if interface.protocol_version.split(".")[0] != "1":
+            continue
+        ranked.append((preferences.index(binding), position, interface))
+    if not ranked:
+        offered = (
+            ", ".join(f"{i.protocol_binding} {i.protocol_version} at {i.url}" for i in card.supported_interfaces)
+            or "no interfaces at all"
+        )
+        raise A2AInvalidCardError(
+            f"agent {card.name!r} offers no A2A 1.0 interface this client can use "
+            f"(it offers {offered}; this client speaks {', '.join(preferences)})"
+        )
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    return ranked[0][2]
+
+
+# --- signatures --------------------------------------------------------------------------------------------
+
+
+def canonical_card(card: AgentCard) -> bytes:
+    """The RFC 8785 (JCS) canonical form of a card without its signatures: the JWS payload."""
+    data: dict[str, Any] = card.to_dict()
+    data.pop("signatures", None)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def verify_card(card: AgentCard, key: Any, *, algorithms: Sequence[str] = ("ES256", "RS256")) -> None:
+    """Verify at least one of the card's signatures with ``key``; raise ``A2AInvalidCardError`` otherwise."""
+    try:
+        import jwt
+    except ImportError as exc:  # pragma: no cover - depends on extras
+        raise ImportError("card signature verification needs PyJWT: pip install 'relaykit[signing]'") from exc
+    if not card.signatures:
+        raise A2AInvalidCardError(f"agent card {card.name!r} is not signed")
+    payload = canonical_card(card)
+    errors: list[str] = []
+    for signature in card.signatures:
+        token = f"{signature.protected}..{signature.signature}"
+        try:
+            jwt.api_jws.PyJWS().decode_complete(token, key=key, algorithms=list(algorithms), detached_payload=payload)
+            return
+        except jwt.PyJWTError as exc:
+            errors.append(str(exc))
+    raise A2AInvalidCardError(f"agent card {card.name!r}: no signature verifies ({'; '.join(errors)})")
+
+
+def sign_card(card: AgentCard, key: Any, *, algorithm: str = "ES256", kid: str, jku: str | None = None) -> AgentCard:
+    """A copy of ``card`` with one more detached JWS signature (protected header: alg, kid, typ JOSE, jku)."""
+    try:
+        import jwt
+    except ImportError as exc:  # pragma: no cover - depends on extras
+        raise ImportError("card signing needs PyJWT: pip install 'relaykit[signing]'") from exc
+    from relaykit._card import AgentCardSignature
+
+    headers: dict[str, Any] = {"kid": kid, "typ": "JOSE"}
+    if jku:
+        headers["jku"] = jku
+    token = jwt.api_jws.PyJWS().encode(
+        canonical_card(card), key, algorithm=algorithm, headers=headers, is_payload_detached=True
+    )
+    protected, _, sig = token.split(".")
+    signature = AgentCardSignature(protected=protected, signature=sig)
+    return card.model_copy(update={"signatures": [*card.signatures, signature]})

@@ -1,0 +1,588 @@
+"""``Client``: one method per A2A operation, over the transport the agent card and the client agree on.
+
+Behaviour a caller relies on:
+
+* streams survive drops: on a network error, a retryable HTTP status, or a stream that ends before the task is
+  final, the client re-subscribes to the same task with ``Last-Event-ID`` (bounded attempts, exponential backoff with
+  jitter); events are de-duplicated (messages by id, artifact chunks by position) and a snapshot received on resume is
+  turned into exactly the chunks and status the application has not seen, so the application sees one stream;
+  attempts exhausted ⇒ ``A2AReconnectError(attempts=N)``;
+* idempotent operations retry on connection errors and 502/503/504; SendMessage only when ``retry_send`` is on
+  (same messageId, for servers that de-duplicate it);
+* ``ask()`` follows a task to its end, answering INPUT_REQUIRED through ``on_input_required`` when given, and raises
+  ``A2ATaskFailedError`` / ``A2ATaskRejectedError`` / ``A2ATaskAuthRequiredError`` for those outcomes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from relaykit._card import AgentCard, AgentInterface
+from relaykit._errors import (
+    A2AConnectionError,
+    A2AError,
+    A2AReconnectError,
+    A2ATaskAuthRequiredError,
+    A2ATaskFailedError,
+    A2ATaskOutcomeError,
+    A2ATaskRejectedError,
+    A2ATimeoutError,
+    ServiceUnavailableError,
+    UnsupportedOperationError,
+)
+from relaykit._methods import OPERATIONS_BY_NAME, Operation
+from relaykit._model import A2AModel
+from relaykit._types import (
+    AuthenticationInfo,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    Part,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    SendMessageResponse,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from relaykit.client._auth import Interceptor
+from relaykit.client._card import CardResolver, choose_interface
+from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport, StreamEvent
+
+__all__ = ["A2ATaskInputRequiredError", "Client", "ResumePolicy", "RetryPolicy"]
+
+Event = Task | Message | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+InputHandler = Callable[[Task], Awaitable[Message | str] | Message | str]
+
+_TERMINAL = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED})
+_INTERRUPTED = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+
+
+def _grpc_available() -> bool:
+    return (
+        importlib.util.find_spec("grpc") is not None and importlib.util.find_spec("relaykit.client._grpc") is not None
+    )
+
+
+# JSON-RPC, then REST, then gRPC when its transport and grpcio are installed.
+DEFAULT_TRANSPORTS: tuple[str, ...] = ("JSONRPC", "HTTP+JSON", *(("GRPC",) if _grpc_available() else ()))
+
+
+class A2ATaskInputRequiredError(A2ATaskOutcomeError):
+    """``ask()`` reached INPUT_REQUIRED and no ``on_input_required`` handler answered it."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of idempotent operations on connection errors and 502/503/504."""
+
+    attempts: int = 3
+    backoff: float = 0.2
+    max_backoff: float = 5.0
+    retry_send: bool = False
+
+    def delay(self, attempt: int) -> float:
+        """Exponential backoff with full jitter for the ``attempt``-th retry (1-based)."""
+        return random.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+
+
+@dataclass(frozen=True)
+class ResumePolicy:
+    """How a dropped stream is resumed."""
+
+    attempts: int = 5
+    backoff: float = 0.2
+    max_backoff: float = 5.0
+
+    def delay(self, attempt: int) -> float:
+        """Exponential backoff with full jitter for the ``attempt``-th reconnection (1-based)."""
+        return random.uniform(0, min(self.max_backoff, self.backoff * 2 ** (attempt - 1)))
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, A2AConnectionError | A2ATimeoutError) and not isinstance(exc, A2AReconnectError):
+        return True
+    return isinstance(exc, ServiceUnavailableError) and bool(getattr(exc, "retryable", False))
+
+
+class Client:
+    """An A2A 1.0 client for one agent.
+
+    >>> import asyncio
+    >>> from relaykit.client import Client
+    >>> async def main():
+    ...     async with Client("http://localhost:8000") as client:
+    ...         print(await client.ask("hello"))
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        card: AgentCard | None = None,
+        transports: Sequence[str] = DEFAULT_TRANSPORTS,
+        http: httpx.AsyncClient | None = None,
+        headers: Mapping[str, str] | None = None,
+        interceptors: Sequence[Interceptor] = (),
+        extensions: Sequence[str] = (),
+        timeout: float = 60.0,
+        connect_timeout: float = 10.0,
+        stream_timeout: float | None = None,
+        retry: RetryPolicy = RetryPolicy(),
+        resume: ResumePolicy = ResumePolicy(),
+        on_input_required: InputHandler | None = None,
+        input_timeout: float | None = None,
+        max_turns: int = 20,
+        transport: ClientTransport | None = None,
+    ) -> None:
+        if url is None and card is None and transport is None:
+            raise ValueError("give the agent's base URL, its card, or a transport")
+        self.url = url
+        self.card = card
+        self.preferences = tuple(t.upper() for t in transports)
+        self.headers = dict(headers or {})
+        if extensions:
+            self.headers["A2A-Extensions"] = ", ".join(extensions)
+        self.interceptors = list(interceptors)
+        self.retry = retry
+        self.resume = resume
+        self.on_input_required = on_input_required
+        self.input_timeout = input_timeout
+        self.max_turns = max_turns
+        self.interface: AgentInterface | None = None
+        self._owns_http = http is None
+        # Long-running agents: no read timeout on streams unless asked; unary calls get ``timeout``.
+        self._http = http or httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        )
+        self._stream_timeout = httpx.Timeout(stream_timeout, connect=connect_timeout)
+        self._transport = transport
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Client:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def connect(self) -> None:
+        """Resolve the card (if needed) and pick the transport."""
+        if self._transport is not None:
+            return
+        if self.card is None:
+            assert self.url is not None
+            self.card = await CardResolver(self._http).get(self.url, headers=self.headers)
+        self.interface = choose_interface(self.card, self.preferences)
+        self._transport = self._make_transport(self.interface)
+
+    def _make_transport(self, interface: AgentInterface) -> ClientTransport:
+        binding = interface.protocol_binding.upper()
+        if binding == "JSONRPC":
+            return JSONRPCTransport(interface.url, self._http, tenant=interface.tenant)
+        if binding == "HTTP+JSON":
+            return RESTTransport(interface.url, self._http, tenant=interface.tenant)
+        if binding == "GRPC" and _grpc_available():
+            module = importlib.import_module("relaykit.client._grpc")
+            transport: ClientTransport = module.GrpcTransport(interface.url, tenant=interface.tenant)
+            return transport
+        raise ValueError(f"unsupported binding {binding}")
+
+    async def aclose(self) -> None:
+        """Close the transport and the HTTP client this client made."""
+        if self._transport is not None and not isinstance(self._transport, JSONRPCTransport | RESTTransport):
+            await self._transport.aclose()
+        if self._owns_http:
+            await self._http.aclose()
+
+    @property
+    def transport(self) -> ClientTransport:
+        """The transport in use (after ``connect``)."""
+        if self._transport is None:
+            raise RuntimeError("the client is not connected: use 'async with Client(...)' or await connect()")
+        return self._transport
+
+    async def _headers(self, op: str) -> dict[str, str]:
+        out = dict(self.headers)
+        for interceptor in self.interceptors:
+            out.update(await interceptor.headers(op))
+        return out
+
+    # --- plumbing ----------------------------------------------------------------------------------------
+
+    async def _call(self, name: str, request: A2AModel, *, idempotent: bool = True) -> Any:
+        op = OPERATIONS_BY_NAME[name]
+        attempt = 0
+        while True:
+            try:
+                return await self.transport.call(op, request, headers=await self._headers(name))
+            except A2AError as exc:
+                attempt += 1
+                if not (idempotent and _retryable(exc)) or attempt >= self.retry.attempts:
+                    raise
+                await asyncio.sleep(self.retry.delay(attempt))
+
+    def _stream(self, name: str, request: A2AModel, last_event_id: str | None = None) -> AsyncIterator[StreamEvent]:
+        op = OPERATIONS_BY_NAME[name]
+        return self._stream_with_headers(op, request, last_event_id)
+
+    async def _stream_with_headers(
+        self, op: Operation, request: A2AModel, last_event_id: str | None
+    ) -> AsyncIterator[StreamEvent]:
+        headers = await self._headers(op.name)
+        async for item in self.transport.stream(op, request, headers=headers, last_event_id=last_event_id):
+            yield item
+
+    @staticmethod
+    def _message(message: Message | str | Part | list[Part], task_id: str | None, context_id: str | None) -> Message:
+        if isinstance(message, Message):
+            update: dict[str, Any] = {}
+            if task_id and not message.task_id:
+                update["task_id"] = task_id
+            if context_id and not message.context_id:
+                update["context_id"] = context_id
+            return message.model_copy(update=update) if update else message
+        return Message.user(message, task_id=task_id or "", context_id=context_id or "")
+
+    # --- operations --------------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        message: Message | str | Part | list[Part],
+        *,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        return_immediately: bool = False,
+        history_length: int | None = None,
+        accepted_output_modes: Sequence[str] = (),
+        push: TaskPushNotificationConfig | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Task | Message:
+        """SendMessage: blocking (the task terminal or interrupted) unless ``return_immediately``."""
+        request = SendMessageRequest(
+            message=self._message(message, task_id, context_id),
+            configuration=SendMessageConfiguration(
+                accepted_output_modes=list(accepted_output_modes),
+                task_push_notification_config=push,
+                history_length=history_length,
+                return_immediately=return_immediately,
+            ),
+            metadata=metadata,
+        )
+        response: SendMessageResponse = await self._call("SendMessage", request, idempotent=self.retry.retry_send)
+        return response.payload
+
+    async def stream(
+        self,
+        message: Message | str | Part | list[Part],
+        *,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> AsyncIterator[Event]:
+        """SendStreamingMessage: every event once, in order, across reconnections, until terminal/interrupted."""
+        request = SendMessageRequest(message=self._message(message, task_id, context_id), metadata=metadata)
+        async for event in self._resilient(self._stream("SendStreamingMessage", request), stop_at_interrupt=True):
+            yield event
+
+    async def subscribe(self, task_id: str) -> AsyncIterator[Event]:
+        """SubscribeToTask: the task snapshot first, then every event until the task is terminal."""
+        source = self._stream("SubscribeToTask", SubscribeToTaskRequest(id=task_id))
+        async for event in self._resilient(source, stop_at_interrupt=False, task_id=task_id):
+            yield event
+
+    async def get_task(self, task_id: str, *, history_length: int | None = None) -> Task:
+        """GetTask."""
+        task: Task = await self._call("GetTask", GetTaskRequest(id=task_id, history_length=history_length))
+        return task
+
+    async def list_task_pages(
+        self,
+        *,
+        context_id: str = "",
+        state: TaskState | None = None,
+        page_size: int | None = None,
+        history_length: int | None = None,
+        include_artifacts: bool | None = None,
+    ) -> AsyncIterator[ListTasksResponse]:
+        """ListTasks, one page at a time, following ``nextPageToken`` to the end."""
+        token = ""
+        while True:
+            request = ListTasksRequest(
+                context_id=context_id,
+                status=state or TaskState.UNSPECIFIED,
+                page_size=page_size,
+                page_token=token,
+                history_length=history_length,
+                include_artifacts=include_artifacts,
+            )
+            page: ListTasksResponse = await self._call("ListTasks", request)
+            yield page
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def list_tasks(self, **filters: Any) -> AsyncIterator[Task]:
+        """ListTasks as one iterator of tasks (filters as in ``list_task_pages``)."""
+        async for page in self.list_task_pages(**filters):
+            for task in page.tasks:
+                yield task
+
+    async def cancel(self, task_id: str, *, metadata: dict[str, Any] | None = None) -> Task:
+        """CancelTask."""
+        task: Task = await self._call("CancelTask", CancelTaskRequest(id=task_id, metadata=metadata))
+        return task
+
+    async def create_push_config(
+        self,
+        task_id: str,
+        url: str,
+        *,
+        token: str = "",
+        authentication: AuthenticationInfo | None = None,
+        config_id: str = "",
+    ) -> TaskPushNotificationConfig:
+        """CreateTaskPushNotificationConfig (the server assigns an id when none is given)."""
+        config = TaskPushNotificationConfig(
+            task_id=task_id, url=url, token=token, authentication=authentication, id=config_id
+        )
+        created: TaskPushNotificationConfig = await self._call(
+            "CreateTaskPushNotificationConfig", config, idempotent=bool(config_id)
+        )
+        return created
+
+    async def get_push_config(self, task_id: str, config_id: str) -> TaskPushNotificationConfig:
+        """GetTaskPushNotificationConfig."""
+        request = GetTaskPushNotificationConfigRequest(task_id=task_id, id=config_id)
+        config: TaskPushNotificationConfig = await self._call("GetTaskPushNotificationConfig", request)
+        return config
+
+    async def list_push_configs(self, task_id: str) -> list[TaskPushNotificationConfig]:
+        """ListTaskPushNotificationConfigs (all pages)."""
+        configs: list[TaskPushNotificationConfig] = []
+        token = ""
+        while True:
+            request = ListTaskPushNotificationConfigsRequest(task_id=task_id, page_token=token)
+            page = await self._call("ListTaskPushNotificationConfigs", request)
+            configs.extend(page.configs)
+            token = page.next_page_token
+            if not token:
+                return configs
+
+    async def delete_push_config(self, task_id: str, config_id: str) -> None:
+        """DeleteTaskPushNotificationConfig (idempotent)."""
+        await self._call(
+            "DeleteTaskPushNotificationConfig", DeleteTaskPushNotificationConfigRequest(task_id=task_id, id=config_id)
+        )
+
+    async def extended_card(self) -> AgentCard:
+        """GetExtendedAgentCard; the client uses the extended card from then on (same interfaces)."""
+        card: AgentCard = await self._call("GetExtendedAgentCard", GetExtendedAgentCardRequest())
+        self.card = card
+        return card
+
+    # --- conveniences ------------------------------------------------------------------------------------
+
+    async def ask(self, text: str | Message, *, context_id: str | None = None, task_id: str | None = None) -> str:
+        """Send ``text`` and return the answer's text, following a multi-turn task to its end.
+
+        INPUT_REQUIRED is answered by ``on_input_required(task)`` (sync or async, bounded by ``input_timeout``);
+        FAILED, REJECTED and unanswered AUTH_REQUIRED / INPUT_REQUIRED raise the matching ``A2ATask…Error``.
+        """
+        result = await self.send(text, context_id=context_id, task_id=task_id)
+        for _ in range(self.max_turns):
+            if isinstance(result, Message):
+                return result.text
+            state = result.status.state
+            if state is TaskState.INPUT_REQUIRED and self.on_input_required is not None:
+                answer = await self._answer(result)
+                result = await self.send(answer, task_id=result.id, context_id=result.context_id)
+                continue
+            return _outcome_text(result)
+        raise A2ATaskInputRequiredError(
+            result if isinstance(result, Task) else _never(), f"no final answer after {self.max_turns} turns"
+        )
+
+    async def _answer(self, task: Task) -> Message | str:
+        assert self.on_input_required is not None
+        value = self.on_input_required(task)
+        if inspect.isawaitable(value):
+            if self.input_timeout is not None:
+                return await asyncio.wait_for(value, self.input_timeout)
+            return await value
+        return value
+
+    # --- resilient streams -------------------------------------------------------------------------------
+
+    async def _resilient(
+        self, source: AsyncIterator[StreamEvent], *, stop_at_interrupt: bool, task_id: str | None = None
+    ) -> AsyncIterator[Event]:
+        view = _StreamView(task_id)
+        attempts = 0
+        while True:
+            try:
+                async for event_id, response in source:
+                    if event_id:
+                        view.last_event_id = event_id
+                    attempts = 0
+                    for event in view.accept(response):
+                        yield event
+                    if view.finished(stop_at_interrupt):
+                        return
+                if view.task_id is None or view.finished(stop_at_interrupt):
+                    return
+                # The stream closed before the task was final (proxy idle timeout, server restart): resume.
+                failure: A2AError = A2AConnectionError("the stream ended before the task finished")
+            except UnsupportedOperationError:
+                # Resubscribing to a task that ended meanwhile: fetch its final state instead.
+                if view.task_id is None or attempts == 0:
+                    raise
+                for event in view.accept(StreamResponse(task=await self.get_task(view.task_id))):
+                    yield event
+                return
+            except A2AError as exc:
+                if not _retryable(exc) or view.task_id is None:
+                    raise
+                failure = exc
+            attempts += 1
+            if attempts > self.resume.attempts:
+                raise A2AReconnectError(
+                    f"stream of task {view.task_id} could not be resumed after {self.resume.attempts} attempts "
+                    f"({failure})",
+                    attempts=self.resume.attempts,
+                ) from failure
+            await asyncio.sleep(self.resume.delay(attempts))
+            source = self._stream(
+                "SubscribeToTask", SubscribeToTaskRequest(id=view.task_id), last_event_id=view.last_event_id
+            )
+
+
+class _StreamView:
+    """What the application has seen of one task's stream, to resume it without gaps or repeats."""
+
+    def __init__(self, task_id: str | None) -> None:
+        self.task_id = task_id
+        self.context_id = ""
+        self.last_event_id: str | None = None
+        self.state: TaskState | None = None
+        self.message_done = False
+        self.seen_messages: set[str] = set()
+        self.parts_seen: dict[str, int] = {}
+        self.started = False
+
+    def finished(self, stop_at_interrupt: bool) -> bool:
+        if self.message_done:
+            return True
+        if self.state is None:
+            return False
+        return self.state in _TERMINAL or (stop_at_interrupt and self.state in _INTERRUPTED)
+
+    def accept(self, response: StreamResponse) -> list[Event]:
+        event = response.payload
+        if isinstance(event, Message):
+            if event.message_id in self.seen_messages:
+                return []
+            self.seen_messages.add(event.message_id)
+            if self.task_id is None:
+                self.message_done = True
+            return [event]
+        if isinstance(event, Task):
+            return self._snapshot(event)
+        if isinstance(event, TaskArtifactUpdateEvent):
+            return self._artifact(event)
+        self.state = event.status.state
+        message = event.status.message
+        if message is not None:
+            if message.message_id in self.seen_messages:
+                return []  # the same status again (a replay)
+            self.seen_messages.add(message.message_id)
+        return [event]
+
+    def _artifact(self, event: TaskArtifactUpdateEvent) -> list[Event]:
+        key = event.artifact.artifact_id
+        count = len(event.artifact.parts)
+        if event.append:
+            self.parts_seen[key] = self.parts_seen.get(key, 0) + count
+        else:
+            self.parts_seen[key] = count
+        return [event]
+
+    def _snapshot(self, task: Task) -> list[Event]:
+        self.task_id = task.id
+        self.context_id = task.context_id
+        if not self.started:
+            # The first Task of a stream is shown as it is.
+            self.started = True
+            self.state = task.status.state
+            for artifact in task.artifacts:
+                self.parts_seen[artifact.artifact_id] = len(artifact.parts)
+            for message in task.history:
+                self.seen_messages.add(message.message_id)
+            return [task]
+        # A snapshot on resume: turn it into exactly what the application has not seen yet.
+        out: list[Event] = []
+        for artifact in task.artifacts:
+            seen = self.parts_seen.get(artifact.artifact_id, 0)
+            if len(artifact.parts) > seen:
+                missing = artifact.model_copy(update={"parts": artifact.parts[seen:]})
+                out.append(
+                    TaskArtifactUpdateEvent(
+                        task_id=task.id, context_id=task.context_id, artifact=missing, append=seen > 0
+                    )
+                )
+                self.parts_seen[artifact.artifact_id] = len(artifact.parts)
+        status = task.status
+        if status.state is not self.state or (
+            status.message is not None and status.message.message_id not in self.seen_messages
+        ):
+            if status.message is not None:
+                self.seen_messages.add(status.message.message_id)
+            self.state = status.state
+            out.append(
+                TaskStatusUpdateEvent(
+                    task_id=task.id, context_id=task.context_id, status=TaskStatus.model_validate(status)
+                )
+            )
+        return out
+
+
+def _outcome_text(task: Task) -> str:
+    state = task.status.state
+    if state is TaskState.FAILED:
+        raise A2ATaskFailedError(task)
+    if state is TaskState.REJECTED:
+        raise A2ATaskRejectedError(task)
+    if state is TaskState.AUTH_REQUIRED:
+        raise A2ATaskAuthRequiredError(task)
+    if state is TaskState.INPUT_REQUIRED:
+        raise A2ATaskInputRequiredError(task)
+    texts = [a.text_content for a in task.artifacts if a.text_content]
+    if texts:
+        return "\n".join(texts)
+    return task.status.message.text if task.status.message is not None else ""
+
+
+def _never() -> Task:
+    raise AssertionError("unreachable")

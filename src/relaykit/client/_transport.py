@@ -1,0 +1,274 @@
+"""Client transports: one ``call`` method and one ``stream`` method per binding, over the one operation table.
+
+Every transport turns wire errors into the core error classes (``TaskNotFoundError``, …), and transport failures
+into ``A2AConnectionError`` / ``A2ATimeoutError``; 502/503/504 answers become ``ServiceUnavailableError`` with
+``retryable=True`` so the client's retry policy can act on them. Streams yield ``(event id or None, StreamResponse)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol, runtime_checkable
+from urllib.parse import quote
+
+import httpx
+import pydantic_core
+from pydantic import ValidationError
+
+from relaykit._errors import (
+    A2AConnectionError,
+    A2AError,
+    A2ATimeoutError,
+    InvalidAgentResponseError,
+    ServiceUnavailableError,
+    error_from_jsonrpc,
+    error_from_status,
+)
+from relaykit._methods import Operation
+from relaykit._model import A2AModel
+from relaykit._types import StreamResponse, new_id
+
+__all__ = ["ClientTransport", "JSONRPCTransport", "RESTTransport", "StreamEvent"]
+
+StreamEvent = tuple[str | None, StreamResponse]
+A2A_VERSION = "1.0"
+_RETRYABLE_STATUS = frozenset({502, 503, 504})
+
+
+@runtime_checkable
+class ClientTransport(Protocol):
+    """How a client reaches one agent interface."""
+
+    binding: str
+
+    async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
+        """One unary operation; returns the decoded response model (``None`` for Empty)."""
+
+    def stream(
+        self, op: Operation, request: A2AModel, *, headers: Mapping[str, str], last_event_id: str | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """One streaming operation: ``(event id, StreamResponse)`` pairs until the server closes the stream."""
+
+    async def aclose(self) -> None:
+        """Release what the transport owns."""
+
+
+def _decode(op: Operation, data: Any) -> Any:
+    if op.response is None:
+        return None
+    try:
+        return op.response.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidAgentResponseError(f"the agent's {op.name} response is malformed: {exc}") from None
+
+
+def _transport_error(exc: Exception, url: str) -> A2AError:
+    if isinstance(exc, httpx.TimeoutException):
+        return A2ATimeoutError(f"{url} did not answer in time ({type(exc).__name__})")
+    return A2AConnectionError(f"cannot reach {url}: {exc or type(exc).__name__}")
+
+
+def _retryable(status: int, message: str) -> ServiceUnavailableError:
+    err = ServiceUnavailableError(message)
+    err.retryable = True  # type: ignore[attr-defined]
+    return err
+
+
+async def _sse_events(response: httpx.Response) -> AsyncIterator[tuple[str | None, str | None, str]]:
+    """Parse ``text/event-stream``: (id, event name, data) per event; comments and keep-alives skipped."""
+    event_id: str | None = None
+    name: str | None = None
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield event_id, name, "\n".join(data)
+            event_id, name, data = None, None, []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "data":
+            data.append(value)
+        elif field == "id":
+            event_id = value
+        elif field == "event":
+            name = value
+    if data:
+        yield event_id, name, "\n".join(data)
+
+
+class _HTTPTransport:
+    binding = ""
+
+    def __init__(self, url: str, client: httpx.AsyncClient, *, tenant: str = "", owns_client: bool = False) -> None:
+        self.url = url
+        self.client = client
+        self.tenant = tenant
+        self.owns_client = owns_client
+
+    async def aclose(self) -> None:
+        if self.owns_client:
+            await self.client.aclose()
+
+    def _headers(self, headers: Mapping[str, str], streaming: bool = False) -> dict[str, str]:
+        out = {"A2A-Version": A2A_VERSION, **headers}
+        if streaming:
+            out["Accept"] = "text/event-stream"
+        return out
+
+    def _with_tenant(self, request: A2AModel) -> A2AModel:
+        # Digest §5.14: the interface's tenant goes into every request.
+        if self.tenant and hasattr(request, "tenant") and not getattr(request, "tenant", ""):
+            return request.model_copy(update={"tenant": self.tenant})
+        return request
+
+
+class JSONRPCTransport(_HTTPTransport):
+    """JSON-RPC 2.0 over HTTP (``POST`` to the interface URL); streams as SSE."""
+
+    binding = "JSONRPC"
+
+    def _body(self, op: Operation, request: A2AModel) -> bytes:
+        params = self._with_tenant(request).to_json()
+        return b'{"jsonrpc":"2.0","id":"%b","method":"%b","params":%b}' % (
+            new_id().encode(),
+            op.name.encode(),
+            params,
+        )
+
+    async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
+        try:
+            response = await self.client.post(
+                self.url,
+                content=self._body(op, request),
+                headers={"Content-Type": "application/json", **self._headers(headers)},
+            )
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, self.url) from None
+        if response.status_code in _RETRYABLE_STATUS:
+            raise _retryable(response.status_code, f"{self.url} answered HTTP {response.status_code}")
+        try:
+            envelope = pydantic_core.from_json(response.content)
+        except ValueError:
+            raise error_from_status(response.status_code, None) from None
+        if not isinstance(envelope, dict):
+            raise InvalidAgentResponseError("the agent's JSON-RPC response is not an object")
+        if "error" in envelope and isinstance(envelope["error"], dict):
+            raise error_from_jsonrpc(envelope["error"])
+        return _decode(op, envelope.get("result"))
+
+    async def stream(
+        self, op: Operation, request: A2AModel, *, headers: Mapping[str, str], last_event_id: str | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        extra = {"Content-Type": "application/json", **self._headers(headers, streaming=True)}
+        if last_event_id is not None:
+            extra["Last-Event-ID"] = last_event_id
+        try:
+            async with self.client.stream("POST", self.url, content=self._body(op, request), headers=extra) as response:
+                if response.status_code in _RETRYABLE_STATUS:
+                    raise _retryable(response.status_code, f"{self.url} answered HTTP {response.status_code}")
+                if not response.headers.get("content-type", "").startswith("text/event-stream"):
+                    # An error before the first event is an ordinary JSON-RPC response.
+                    body = await response.aread()
+                    try:
+                        envelope = pydantic_core.from_json(body)
+                    except ValueError:
+                        raise error_from_status(response.status_code, None) from None
+                    if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict):
+                        raise error_from_jsonrpc(envelope["error"])
+                    raise InvalidAgentResponseError("the agent answered a stream request without a stream")
+                async for event_id, _name, data in _sse_events(response):
+                    envelope = pydantic_core.from_json(data)
+                    if isinstance(envelope.get("error"), dict):
+                        raise error_from_jsonrpc(envelope["error"])
+                    yield event_id, _decode_stream(envelope.get("result"))
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, self.url) from None
+
+
+def _decode_stream(data: Any) -> StreamResponse:
+    try:
+        return StreamResponse.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidAgentResponseError(f"malformed stream event: {exc}") from None
+
+
+class RESTTransport(_HTTPTransport):
+    """HTTP+JSON: the routes of the operation table under the interface URL (and ``/{tenant}``)."""
+
+    binding = "HTTP+JSON"
+
+    def _target(self, op: Operation, request: A2AModel) -> tuple[str, str, bytes | None, dict[str, str]]:
+        route = op.routes[0]
+        data = self._with_tenant(request).to_dict()
+        path = route.path
+        for name in ("id", "taskId"):
+            token = "{" + name + "}"
+            if token in path:
+                path = path.replace(token, quote(str(data.pop(name, "")), safe=""))
+        tenant = data.pop("tenant", "") or self.tenant
+        base = self.url.rstrip("/")
+        url = f"{base}/{tenant}{path}" if tenant else f"{base}{path}"
+        if route.body:
+            return route.method, url, pydantic_core.to_json(data), {}
+        params = {k: _query_value(v) for k, v in data.items()}
+        return route.method, url, None, params
+
+    async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
+        method, url, body, params = self._target(op, request)
+        extra = self._headers(headers)
+        if body is not None:
+            extra["Content-Type"] = "application/a2a+json"
+        try:
+            response = await self.client.request(method, url, content=body, params=params or None, headers=extra)
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, url) from None
+        if response.status_code in _RETRYABLE_STATUS:
+            raise _retryable(response.status_code, f"{url} answered HTTP {response.status_code}")
+        try:
+            payload = pydantic_core.from_json(response.content) if response.content else {}
+        except ValueError:
+            payload = None
+        if response.status_code >= 400:
+            raise error_from_status(response.status_code, payload)
+        return _decode(op, payload)
+
+    async def stream(
+        self, op: Operation, request: A2AModel, *, headers: Mapping[str, str], last_event_id: str | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        method, url, body, params = self._target(op, request)
+        extra = self._headers(headers, streaming=True)
+        if body is not None:
+            extra["Content-Type"] = "application/a2a+json"
+        if last_event_id is not None:
+            extra["Last-Event-ID"] = last_event_id
+        try:
+            async with self.client.stream(method, url, content=body, params=params or None, headers=extra) as response:
+                if response.status_code in _RETRYABLE_STATUS:
+                    raise _retryable(response.status_code, f"{url} answered HTTP {response.status_code}")
+                if response.status_code >= 400 or not response.headers.get("content-type", "").startswith(
+                    "text/event-stream"
+                ):
+                    raw = await response.aread()
+                    try:
+                        payload = pydantic_core.from_json(raw) if raw else None
+                    except ValueError:
+                        payload = None
+                    raise error_from_status(response.status_code if response.status_code >= 400 else 500, payload)
+                async for event_id, name, data in _sse_events(response):
+                    payload = pydantic_core.from_json(data)
+                    if name == "error" or (isinstance(payload, dict) and isinstance(payload.get("error"), dict)):
+                        raise error_from_status(int(payload.get("error", {}).get("code", 500)), payload)
+                    yield event_id, _decode_stream(payload)
+        except httpx.HTTPError as exc:
+            raise _transport_error(exc, url) from None
+
+
+def _query_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return value

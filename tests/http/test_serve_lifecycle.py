@@ -1,0 +1,121 @@
+"""``relaykit serve`` as an operator sees it: graceful stop, crash recovery, one process per SQLite file.
+
+CONTRACT "relaykit serve": SIGTERM lets running executions finish for ``--grace`` seconds, ends open streams
+cleanly and marks what still runs FAILED ("server shutdown"); on start, tasks a dead process left active are marked
+FAILED ("server restarted"); a second ``relaykit serve`` on the same SQLite file is refused with a clear message.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import REPO_ROOT, ServerFactory, ServerProcess
+
+HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
+SLOW = {"SLOW_SECONDS": "60"}
+
+
+def _send_slow(base_url: str) -> dict:
+    body = {
+        "message": {"messageId": "m-slow", "role": "ROLE_USER", "parts": [{"text": "work"}]},
+        "configuration": {"returnImmediately": True},
+    }
+    reply = httpx.post(f"{base_url}/message:send", json=body, headers=HEADERS, timeout=10)
+    assert reply.status_code == 200, reply.text
+    task = reply.json()["task"]
+    assert task["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+    return task
+
+
+def _get(base_url: str, task_id: str) -> dict:
+    reply = httpx.get(f"{base_url}/tasks/{task_id}", headers=HEADERS, timeout=10)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def _status_text(task: dict) -> str:
+    return "".join(p.get("text", "") for p in task["status"].get("message", {}).get("parts", []))
+
+
+@pytest.fixture
+def factory(tmp_path: Path) -> ServerFactory:
+    made = ServerFactory(tmp_path)
+    yield made
+    made.stop_all()
+
+
+def _start(factory: ServerFactory, store: str, index: int) -> ServerProcess:
+    server = factory.start("examples/slow.py", store=store, env=SLOW, args=(), index=index)
+    factory.servers[("slow", index)] = server
+    return server
+
+
+def test_sigterm_fails_running_tasks_and_ends_streams(factory: ServerFactory, tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'tasks.db'}"
+    server = _start(factory, store, 0)
+    task = _send_slow(server.base_url)
+
+    # An open SubscribeToTask stream must end cleanly (not hang) when the server stops.
+    events: list[dict] = []
+    stream_ended = threading.Event()
+
+    def read_stream() -> None:
+        with httpx.stream(
+            "POST", f"{server.base_url}/tasks/{task['id']}:subscribe", headers=HEADERS, timeout=30
+        ) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+        stream_ended.set()
+
+    reader = threading.Thread(target=read_stream, daemon=True)
+    reader.start()
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=20) == 0
+    assert stream_ended.wait(timeout=10), "the subscription did not end when the server stopped"
+    assert events
+    assert "task" in events[0]
+    assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_FAILED"
+
+    restarted = _start(factory, store, 1)
+    stored = _get(restarted.base_url, task["id"])
+    assert stored["status"]["state"] == "TASK_STATE_FAILED"
+    assert "server shutdown" in _status_text(stored)
+
+
+def test_crash_leaves_no_task_working(factory: ServerFactory, tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'tasks.db'}"
+    server = _start(factory, store, 0)
+    task = _send_slow(server.base_url)
+    assert _get(server.base_url, task["id"])["status"]["state"] == "TASK_STATE_WORKING"
+    server.proc.kill()  # no chance to clean up
+    server.proc.wait(timeout=10)
+
+    restarted = _start(factory, store, 1)
+    stored = _get(restarted.base_url, task["id"])
+    assert stored["status"]["state"] == "TASK_STATE_FAILED"
+    assert "server restarted" in _status_text(stored)
+
+
+def test_second_server_on_the_same_sqlite_file_is_refused(factory: ServerFactory, tmp_path: Path) -> None:
+    db = tmp_path / "tasks.db"
+    _start(factory, f"sqlite:///{db}", 0)
+    second = subprocess.run(
+        [sys.executable, "-m", "relaykit.cli", "serve", "examples/echo.py", "--port", "0", "--store", str(db)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert second.returncode != 0
+    assert "already serving" in second.stderr
+    assert str(db) in second.stderr
+    assert "Traceback" not in second.stderr
