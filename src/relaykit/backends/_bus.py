@@ -17,7 +17,7 @@ import asyncio
 from collections import OrderedDict, deque
 from typing import Any
 
-from relaykit._types import stream_json
+from relaykit._types import StreamResponse, stream_json
 
 __all__ = ["END", "LocalEventBus", "Tap"]
 
@@ -81,6 +81,9 @@ class Tap:
         if item[2] is None:
             # Replayed from the ring, where nobody had needed it encoded yet.
             item = (item[0], item[1], stream_json(item[1]))
+        elif item[1] is None:
+            # A task snapshot the ring kept as bytes only (nobody listened when it was published).
+            item = (item[0], StreamResponse.model_validate_json(item[2]).payload, item[2])
         return item
 
     def pending(self) -> int:

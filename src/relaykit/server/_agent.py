@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn
@@ -41,9 +42,20 @@ class Interrupt(Exception):
 class AgentContext(RequestContext):
     """The ``RequestContext`` an ``@agent`` function receives, plus the updater and interrupt helpers."""
 
-    __slots__ = ("updater",)
+    __slots__ = ("_origin", "updater")
 
     updater: TaskUpdater
+    _origin: RequestContext
+
+    @property
+    def cancelled(self) -> bool:
+        """True once a cancel of this task was requested (read from the engine's own context)."""
+        return self._origin.cancelled
+
+    @property
+    def cancel_event(self) -> asyncio.Event:
+        """Set when a cancel is requested."""
+        return self._origin.cancel_event
 
     def requires_input(self, question: str | Message) -> NoReturn:
         """Pause in INPUT_REQUIRED with ``question``; the user's answer arrives as a new call on the same task."""
@@ -81,6 +93,8 @@ class FunctionAgent(AgentExecutor):
         ctx = AgentContext.__new__(AgentContext)
         for name in RequestContext.__slots__:
             object.__setattr__(ctx, name, getattr(context, name))
+        # The copy must see a cancel the engine records on the original: share the flag through the original.
+        object.__setattr__(ctx, "_origin", context)
         ctx.updater = TaskUpdater(queue, context)
         return ctx
 

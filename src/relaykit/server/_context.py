@@ -45,6 +45,7 @@ class RequestContext:
 
     __slots__ = (
         "_cancel_event",
+        "_cancelled",
         "call",
         "configuration",
         "context_id",
@@ -72,17 +73,29 @@ class RequestContext:
         self.metadata: dict[str, Any] = metadata or {}
         self.configuration = configuration
         self.call = call or CallContext()
-        self._cancel_event = asyncio.Event()
+        # The Event is made only if someone waits on it; most executions are never cancelled.
+        self._cancel_event: asyncio.Event | None = None
+        self._cancelled = False
 
     @property
     def cancelled(self) -> bool:
         """True once a cancel of this task was requested."""
-        return self._cancel_event.is_set()
+        return self._cancelled
 
     @property
     def cancel_event(self) -> asyncio.Event:
         """Set when a cancel is requested; await it to react without polling."""
+        if self._cancel_event is None:
+            self._cancel_event = asyncio.Event()
+            if self._cancelled:
+                self._cancel_event.set()
         return self._cancel_event
+
+    def request_cancel(self) -> None:
+        """Mark the request cancelled (the engine calls this first when a cancel arrives)."""
+        self._cancelled = True
+        if self._cancel_event is not None:
+            self._cancel_event.set()
 
     @property
     def text(self) -> str:

@@ -63,6 +63,23 @@ log = logging.getLogger("relaykit.engine")
 StreamItem = tuple[int, Any, bytes]
 
 _SAFE_FAILURE = "The agent failed while handling this task."
+_YIELD_INTERVAL = 0.010
+
+
+class _NoDeadline:
+    """Stands in for ``asyncio.timeout(None)`` (which still costs a context manager per execution)."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    def expired(self) -> bool:
+        return False
+
+
+_NO_DEADLINE = _NoDeadline()
 _ACTIVE_STATES = (TaskState.SUBMITTED, TaskState.WORKING)
 
 
@@ -409,6 +426,7 @@ class TaskEngine:
 
     async def _execute(self, active: ActiveTask, pending: PendingRequest) -> None:
         active.current = pending
+        active.last_yield = 0.0
         active.agent_error = None
         active.cancel_requested = False
         active.execute_returned = False
@@ -442,7 +460,7 @@ class TaskEngine:
         # Only this deadline's expiry is an executor timeout: a TimeoutError the agent raises itself (an upstream call
         # timing out) is an ordinary agent failure. (wait_for could not tell the two apart, and formatting the
         # timeout message with ``executor_timeout=None`` raised, leaving the caller waiting forever.)
-        deadline = asyncio.timeout(self.executor_timeout)
+        deadline = asyncio.timeout(self.executor_timeout) if self.executor_timeout is not None else _NO_DEADLINE
         try:
             if body is not None:
                 # Every task stream starts with the Task (spec §5.5); for a continuation, the current snapshot.
@@ -626,11 +644,13 @@ class TaskEngine:
                 assert record is not None
                 if body is None:
                     body = self._body(active)
-                listened = self.on_event is not None or self.bus.tap_count(active.task_id) > 0
-                # A parsed copy for listeners; otherwise a shallow copy, whose status (replaced, never mutated, on
-                # every change) is all the engine itself reads from a published Task.
-                event = Task.model_validate_json(body) if listened else record.task.model_copy()
-                data = stream_json(event, body)
+                data = stream_json(record.task, body)
+                terminal = record.task.status.state in TERMINAL
+                if self.on_event is not None or self.bus.tap_count(active.task_id) > 0:
+                    # Listeners get their own immutable copy: the live task keeps changing.
+                    event = Task.model_validate_json(body)
+                # else the replay ring keeps only the bytes; a later replay decodes them (rarely needed).
+                return await self._publish(active, event, data, terminal=terminal)
             return await self._publish(active, event, data)
         finally:
             active.emitting = False
@@ -640,10 +660,13 @@ class TaskEngine:
                 if not waiter.done():
                     waiter.set_result(None)
 
-    async def _publish(self, active: ActiveTask, event: Any, data: bytes | None) -> int:
-        terminal = isinstance(event, Message) or (
-            isinstance(event, TaskStatusUpdateEvent | Task) and event.status.state in TERMINAL
-        )
+    async def _publish(
+        self, active: ActiveTask, event: Any, data: bytes | None, *, terminal: bool | None = None
+    ) -> int:
+        if terminal is None:
+            terminal = isinstance(event, Message) or (
+                isinstance(event, TaskStatusUpdateEvent | Task) and event.status.state in TERMINAL
+            )
         bus = self.bus
         seq = await bus.publish(active.task_id, event, data, terminal=terminal, base_seq=self._base_seq(active))
         if active.record is not None:
@@ -654,10 +677,12 @@ class TaskEngine:
             except Exception:
                 log.exception("task %s: event hook failed", active.task_id)
         if bus.woke:
-            # A reader was waiting for this event: let it run now (about once a millisecond at most), so the first
-            # event of a stream leaves at once instead of after the whole burst, while bursts still batch.
+            # A reader was waiting for this event. Let it run now for the first such event (so a stream's first event
+            # leaves at once, not after the agent's whole burst), then at most every 10 ms while the agent keeps
+            # publishing without awaiting anything: readers then take the burst in a few batched writes, and with
+            # many concurrent streams no runner hands the loop over after every single event.
             now = time.monotonic()
-            if now - active.last_yield >= 0.001:
+            if now - active.last_yield >= _YIELD_INTERVAL:
                 active.last_yield = now
                 await asyncio.sleep(0)
         return seq
@@ -749,7 +774,7 @@ class TaskEngine:
             task=_snapshot(record.task),
             call=call,
         )
-        context.cancel_event.set()
+        context.request_cancel()
         await self._after_cancel(idle, context)
         # The task is terminal now: drop its log unless someone is reading it (as _conclude does for executions);
         # otherwise every canceled interrupted task would keep its replay ring until LRU eviction.
@@ -767,7 +792,7 @@ class TaskEngine:
             # would take it for a shutdown and fail the task. Later cancels just wait for the same outcome.
             active.cancel_requested = True
             if context is not None:
-                context.cancel_event.set()
+                context.request_cancel()
             if pending is not None and not pending.done.done():
                 if self.cancel_grace > 0:
                     # Let a cooperative executor finish on its own first. A timer, not this coroutine, delivers the

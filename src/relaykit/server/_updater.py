@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from relaykit._model import utc_now
 from relaykit._types import (
     Artifact,
     Message,
@@ -60,7 +59,8 @@ class TaskUpdater:
             TaskStatusUpdateEvent(
                 task_id=self.task_id,
                 context_id=self.context_id,
-                status=TaskStatus(state=state, message=msg, timestamp=utc_now()),
+                # No timestamp here: the engine stamps every status change when it records it.
+                status=TaskStatus(state=state, message=msg),
             )
         )
 

@@ -1,0 +1,1 @@
+"""Generated protobuf code (scripts/gen-proto). Do not edit."""
