@@ -273,14 +273,7 @@ class Message(A2AModel):
         metadata: Struct | None = None,
     ) -> Message:
         """A client message; a fresh ``messageId`` unless one is given."""
-        return cls(
-            message_id=message_id or new_id(),
-            role=Role.USER,
-            parts=_parts(content),
-            task_id=task_id,
-            context_id=context_id,
-            metadata=metadata,
-        )
+        return cls._make(Role.USER, content, task_id, context_id, message_id, metadata)
 
     @classmethod
     def agent(
@@ -293,9 +286,21 @@ class Message(A2AModel):
         metadata: Struct | None = None,
     ) -> Message:
         """An agent message; a fresh ``messageId`` unless one is given."""
+        return cls._make(Role.AGENT, content, task_id, context_id, message_id, metadata)
+
+    @classmethod
+    def _make(
+        cls,
+        role: Role,
+        content: str | Part | list[Part],
+        task_id: str,
+        context_id: str,
+        message_id: str | None,
+        metadata: Struct | None,
+    ) -> Message:
         return cls(
             message_id=message_id or new_id(),
-            role=Role.AGENT,
+            role=role,
             parts=_parts(content),
             task_id=task_id,
             context_id=context_id,
