@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from relaykit._errors import (
@@ -38,7 +37,6 @@ from relaykit._types import (
     Part,
     Role,
     SendMessageRequest,
-    StreamResponse,
     Task,
     TaskArtifactUpdateEvent,
     TaskState,
@@ -48,19 +46,18 @@ from relaykit._types import (
     stream_json,
 )
 from relaykit.backends._base import TaskRecord, TaskStore
-from relaykit.backends._bus import END, LocalEventBus, Tap, TapOverflowError
+from relaykit.backends._bus import LocalEventBus
 from relaykit.backends._memory import MemoryTaskStore
 from relaykit.server._active import ActiveTask, PendingRequest
 from relaykit.server._context import CallContext, RequestContext
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._queue import Event, EventQueue
+from relaykit.server._readers import EventStream, Readers, StreamItem, copy_task
 
 __all__ = ["EventStream", "StreamItem", "TaskEngine"]
 
 log = logging.getLogger("relaykit.engine")
 
-# (sequence number, event, encoded StreamResponse JSON)
-StreamItem = tuple[int, Any, bytes]
 
 _SAFE_FAILURE = "The agent failed while handling this task."
 _YIELD_INTERVAL = 0.010
@@ -89,12 +86,7 @@ def _agent_message(text: str, task_id: str, context_id: str) -> Message:
     )
 
 
-def _snapshot(task: Task) -> Task:
-    # Callers get their own copy: the live task keeps changing under the engine.
-    return Task.model_validate_json(task.to_json())
-
-
-class TaskEngine:
+class TaskEngine(Readers):
     """Runs an ``AgentExecutor`` over a task store and an event bus.
 
     >>> from relaykit.server import TaskEngine
@@ -264,106 +256,6 @@ class TaskEngine:
             if task is None:
                 return await pending.first
             return task.to_json()
-
-    def stream(self, request: SendMessageRequest, call: CallContext | None = None) -> EventStream:
-        """SendStreamingMessage: the events of this message's execution, ending when it ends."""
-        holder = EventStream()
-        holder.items = self._stream(request, call or CallContext(), holder)
-        return holder
-
-    async def _stream(
-        self, request: SendMessageRequest, call: CallContext, holder: EventStream
-    ) -> AsyncGenerator[StreamItem, None]:
-        pending = await self._admit(request, call, streaming=True)
-        assert pending.started is not None
-        try:
-            tap = await pending.started
-            holder.tap = tap
-        except asyncio.CancelledError:
-            # The caller left before its execution began. The runner opens no tap for a caller that is gone
-            # (``started`` is cancelled then); if it already opened one, release it here, or it leaks (with its log).
-            if pending.tap is not None:
-                self.bus.close_tap(pending.tap)
-            raise
-        try:
-            tenant = request.tenant or call.tenant
-            async for item in self._follow(tap, until_terminal=False, tenant=tenant, owner=call.user):
-                yield item
-        finally:
-            self.bus.close_tap(tap)
-        done = pending.done
-        error = done.exception() if done.done() and not done.cancelled() else None
-        if error is not None:
-            # The execution ended without a task or a reply (the request itself failed): say so, rather than end
-            # the stream as if all went well.
-            raise error
-
-    async def _follow(self, tap: Tap, *, until_terminal: bool, tenant: str, owner: str) -> AsyncIterator[StreamItem]:
-        floor = 0  # events up to this seq are covered by a snapshot this reader was given
-        while True:
-            try:
-                item = await tap.get()
-            except TapOverflowError:
-                # The reader fell behind and its tap was cut off: refill it from the replay ring, or, when the ring no
-                # longer reaches back that far, restart it from a snapshot of the task (live, or as stored once the
-                # task is no longer executing; a reader must never wait forever for events it already missed).
-                if self.bus.reopen(tap):
-                    continue
-                resync = await self._resync(tap.task_id, tenant, owner)
-                if resync is None:
-                    return
-                floor, snap = resync
-                tap.last_seq = max(tap.last_seq, floor)
-                yield (floor, snap, StreamResponse(task=snap).to_json())
-                state = snap.status.state
-                if state in TERMINAL or (not until_terminal and state in INTERRUPTED):
-                    return
-                continue
-            if item is END:
-                return
-            if item[0] <= floor:
-                continue
-            yield item
-            event = item[1]
-            if isinstance(event, Message):
-                if not until_terminal:
-                    return
-            elif isinstance(event, TaskStatusUpdateEvent):
-                state = event.status.state
-                if state in TERMINAL or (not until_terminal and state in INTERRUPTED):
-                    return
-            elif isinstance(event, Task) and event.status.state in TERMINAL:
-                return
-
-    def _visible(self, task_id: str, tenant: str, owner: str) -> ActiveTask | None:
-        active = self.registry.get(task_id)
-        if active is None or active.task is None or active.tenant != tenant or active.owner != owner:
-            return None
-        return active
-
-    async def _settled(self, task_id: str, tenant: str, owner: str) -> tuple[TaskRecord | None, ActiveTask | None]:
-        """The stored record and the live task, at a moment when no event is half-way between applied and published.
-
-        Nothing awaits between this returning and the caller's snapshot, so the snapshot and the bus position agree.
-        """
-        while True:
-            record = await self.store.get(task_id, tenant=tenant, owner=owner)
-            active = self._visible(task_id, tenant, owner)
-            if active is None or not active.emitting:
-                return record, active
-            if active.emit_waiter is None:
-                active.emit_waiter = asyncio.get_running_loop().create_future()
-            await asyncio.shield(active.emit_waiter)
-
-    async def _resync(self, task_id: str, tenant: str, owner: str) -> tuple[int, Task] | None:
-        """A snapshot of the task and the seq of the last event it includes."""
-        record, active = await self._settled(task_id, tenant, owner)
-        if active is not None:
-            assert active.record is not None
-            return self.bus.last_seq(task_id, active.record.event_seq), _snapshot(active.record.task)
-        if record is None:
-            return None
-        return record.event_seq, record.task
 
     # --- the runner --------------------------------------------------------------------------------------
 
@@ -603,7 +495,7 @@ class TaskEngine:
         if isinstance(event, Task):
             if event.context_id and event.context_id != active.context_id:
                 raise InvalidAgentResponseError(f"new task carries contextId {event.context_id!r}")
-            task = _snapshot(event)
+            task = copy_task(event)
             task.context_id = active.context_id
             if not task.history:
                 task.history = [message]
@@ -771,7 +663,7 @@ class TaskEngine:
             task_id=task_id,
             context_id=record.task.context_id,
             message=None,
-            task=_snapshot(record.task),
+            task=copy_task(record.task),
             call=call,
         )
         context.request_cancel()
@@ -780,7 +672,7 @@ class TaskEngine:
         # otherwise every canceled interrupted task would keep its replay ring until LRU eviction.
         self.bus.forget(task_id)
         assert idle.task is not None
-        return _snapshot(idle.task)
+        return copy_task(idle.task)
 
     async def _cancel_running(self, active: ActiveTask) -> Task:
         context = active.context
@@ -806,7 +698,7 @@ class TaskEngine:
             await asyncio.wait({done})
         task = active.task
         assert task is not None
-        return _snapshot(task)
+        return copy_task(task)
 
     @staticmethod
     def _interrupt(active: ActiveTask, pending: PendingRequest) -> None:
@@ -838,131 +730,3 @@ class TaskEngine:
             event.status.timestamp = utc_now()
         apply(task, event)
         await self._emit(active, event, None, persist=True)
-
-    # --- reads and subscriptions -------------------------------------------------------------------------
-
-    async def get_task(self, task_id: str, call: CallContext | None = None, *, tenant: str = "") -> Task:
-        """The task as stored, or as it is right now when it is executing in this process."""
-        call = call or CallContext()
-        tenant = tenant or call.tenant
-        active = self.registry.get(task_id)
-        if active is not None and active.task is not None and active.tenant == tenant and active.owner == call.user:
-            return _snapshot(active.task)
-        record = await self.store.get(task_id, tenant=tenant, owner=call.user)
-        if record is None:
-            raise TaskNotFoundError(task_id=task_id)
-        return record.task
-
-    async def subscribe(
-        self,
-        task_id: str,
-        call: CallContext | None = None,
-        *,
-        tenant: str = "",
-        last_event_id: int | None = None,
-    ) -> AsyncIterator[StreamItem]:
-        """SubscribeToTask: Task snapshot first (or the events after ``last_event_id``), then until terminal."""
-        call = call or CallContext()
-        tenant = tenant or call.tenant
-        # Not while an event is applied but unpublished (its write in flight): the snapshot would already hold it,
-        # and the tap would deliver it again after.
-        record, active = await self._settled(task_id, tenant, call.user)
-        if record is None and active is None:
-            raise TaskNotFoundError(task_id=task_id)
-        # No await from here until the tap is open: the snapshot and the tap's starting point must agree.
-        if active is not None:
-            assert active.record is not None
-            snapshot, stored_seq = (
-                _snapshot(active.record.task),
-                self.bus.last_seq(task_id, active.record.event_seq),
-            )
-        else:
-            assert record is not None
-            snapshot, stored_seq = record.task, record.event_seq
-        if snapshot.status.state in TERMINAL:
-            raise UnsupportedOperationError(
-                f"task {task_id} is {snapshot.status.state.name}; only active tasks can be subscribed to "
-                "(use GetTask for the final state)",
-                task_id=task_id,
-            )
-        if self.bus.tap_count(task_id) >= self.max_subscribers:
-            raise ResourceExhaustedError(f"task {task_id} already has {self.max_subscribers} subscribers")
-        if last_event_id is not None:
-            tap, gap = self.bus.open(task_id, after=last_event_id, base_seq=stored_seq)
-            if not gap:
-                return _Subscription(self._subscription(tap, None, tenant, call.user), self.bus, tap)
-            self.bus.close_tap(tap)
-        # From the snapshot: it stands for every event up to ``stored_seq``; replay whatever came after it.
-        tap, gap = self.bus.open(task_id, after=stored_seq, base_seq=stored_seq)
-        if gap:
-            self.bus.close_tap(tap)
-            tap, _ = self.bus.open(task_id, base_seq=stored_seq)
-            stored_seq = tap.last_seq
-        return _Subscription(self._subscription(tap, (stored_seq, snapshot), tenant, call.user), self.bus, tap)
-
-    async def _subscription(
-        self, tap: Tap, first: tuple[int, Task] | None, tenant: str, owner: str
-    ) -> AsyncGenerator[StreamItem, None]:
-        try:
-            if first is not None:
-                seq, task = first
-                yield (seq, task, StreamResponse(task=task).to_json())
-            async for item in self._follow(tap, until_terminal=True, tenant=tenant, owner=owner):
-                yield item
-        finally:
-            self.bus.close_tap(tap)
-
-
-class EventStream:
-    """The events of one stream, plus ``pending()``: how many are already buffered, so a writer can send a burst
-    in one write and flush as soon as nothing more is ready."""
-
-    __slots__ = ("items", "tap")
-
-    def __init__(self) -> None:
-        self.items: AsyncGenerator[StreamItem, None] | None = None
-        self.tap: Tap | None = None
-
-    def __aiter__(self) -> EventStream:
-        return self
-
-    async def __anext__(self) -> StreamItem:
-        assert self.items is not None
-        return await self.items.__anext__()
-
-    def pending(self) -> int:
-        """Events buffered and ready to read without waiting."""
-        return self.tap.pending() if self.tap is not None else 0
-
-    async def aclose(self) -> None:
-        if self.items is not None:
-            await self.items.aclose()
-
-
-class _Subscription:
-    """What ``subscribe`` returns: its tap is registered from the start, so closing must release it even when
-    iteration never began (``aclose()`` on an unstarted async generator runs none of its code, not its ``finally``).
-    """
-
-    __slots__ = ("_bus", "_items", "_tap")
-
-    def __init__(self, items: AsyncGenerator[StreamItem, None], bus: LocalEventBus, tap: Tap) -> None:
-        self._items = items
-        self._bus = bus
-        self._tap = tap
-
-    def __aiter__(self) -> _Subscription:
-        return self
-
-    async def __anext__(self) -> StreamItem:
-        return await self._items.__anext__()
-
-    def pending(self) -> int:
-        """Events buffered and ready to read without waiting."""
-        return self._tap.pending()
-
-    async def aclose(self) -> None:
-        try:
-            await self._items.aclose()
-        finally:
-            self._bus.close_tap(self._tap)
