@@ -12,6 +12,9 @@ PUBLIC = [
     "relaykit.server",
     "relaykit.backends",
     "relaykit.http",
+    "relaykit.testing",
+    "relaykit.client",
+    "relaykit.push",
 ]
 
 

@@ -395,7 +395,8 @@ _BY_HTTP.update(
     {
         401: AuthenticationRequiredError,
         403: PermissionDeniedError,
-        404: TaskNotFoundError,
+        # A 404 without an A2A error body is an unknown route (an A2A "not found" always carries its ErrorInfo).
+        404: MethodNotFoundError,
         413: PayloadTooLargeError,
         429: ResourceExhaustedError,
         503: ServiceUnavailableError,

@@ -184,7 +184,8 @@ async def test_schema_is_namespaced_and_versioned(tmp_path: Path) -> None:
         versions = [outside.execute(f"SELECT version FROM {ns}_schema").fetchall() for ns in ("alpha", "beta")]
     finally:
         outside.close()
-    assert tables == {f"{ns}_{table}" for ns in ("alpha", "beta") for table in ("tasks", "push_configs", "schema")}
+    kinds = ("tasks", "push_configs", "push_outbox", "push_health", "schema")
+    assert tables == {f"{ns}_{table}" for ns in ("alpha", "beta") for table in kinds}
     assert versions == [[(SCHEMA_VERSION,)], [(SCHEMA_VERSION,)]]
 
 

@@ -33,8 +33,10 @@ from relaykit.backends import (
     TaskRecord,
     TaskStore,
 )
+from relaykit.backends._base import DeliveryOutcome, OutboxChanges, OutboxEntry, PushOutbox
+from relaykit.backends._memory import MemoryPushOutbox
 from relaykit.backends._paging import encode_token, timestamp_us
-from relaykit.backends._sqlite import SQLitePushConfigStore, SQLiteTaskStore
+from relaykit.backends._sqlite import SQLitePushConfigStore, SQLitePushOutbox, SQLiteTaskStore
 
 
 @dataclass
@@ -55,9 +57,18 @@ def _sqlite(tmp_path: Path) -> Stores:
 _FACTORIES: dict[str, Callable[[Path], Stores]] = {"memory": _memory, "sqlite": _sqlite}
 
 
-@pytest.fixture(params=sorted(_FACTORIES))
+def _postgres(request: pytest.FixtureRequest) -> Stores:
+    # tests/conftest.py: skips (fails under CI=true) when the server is down; a fresh namespace per test, dropped after.
+    from relaykit.backends._postgres import PostgresPushConfigStore, PostgresTaskStore
+
+    url, namespace = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_namespace")
+    tasks = PostgresTaskStore(url, namespace=namespace)
+    return Stores(tasks, PostgresPushConfigStore(tasks))
+
+
+@pytest.fixture(params=[*sorted(_FACTORIES), pytest.param("postgres", marks=pytest.mark.postgres)])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
-    pair = _FACTORIES[request.param](tmp_path)
+    pair = _postgres(request) if request.param == "postgres" else _FACTORIES[request.param](tmp_path)
     await pair.tasks.start()
     await pair.push.start()
     try:
@@ -550,3 +561,160 @@ async def test_push_delete_then_put_goes_last(push: PushConfigStore) -> None:
     assert await push.delete("t1", "c1")
     await push.put(make_config("t1", "c1"))
     assert [c.id for c in await push.list("t1")] == ["c2", "c1"]
+
+
+# --- the push outbox (PushOutbox): memory and SQLite ------------------------------------------------------------
+
+
+def _memory_outbox(tmp_path: Path) -> tuple[TaskStore, PushOutbox]:
+    return MemoryTaskStore(), MemoryPushOutbox()
+
+
+def _sqlite_outbox(tmp_path: Path) -> tuple[TaskStore, PushOutbox]:
+    tasks = SQLiteTaskStore(str(tmp_path / "o.db"))
+    return tasks, SQLitePushOutbox(tasks)
+
+
+_OUTBOXES: dict[str, Callable[[Path], tuple[TaskStore, PushOutbox]]] = {
+    "memory": _memory_outbox,
+    "sqlite": _sqlite_outbox,
+}
+
+
+@pytest.fixture(params=sorted(_OUTBOXES))
+async def outbox(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[PushOutbox]:
+    tasks, box = _OUTBOXES[request.param](tmp_path)
+    await tasks.start()
+    await box.start()
+    try:
+        yield box
+    finally:
+        await box.close()
+        await tasks.close()
+
+
+def entry(seq: int, *, task: str = "t1", config: str = "c1", tenant: str = "", owner: str = "anonymous") -> OutboxEntry:
+    return OutboxEntry(
+        event_id=f"{task}-{config}-{seq}-{tenant}-{owner}",
+        task_id=task,
+        config_id=config,
+        seq=seq,
+        body=b'{"statusUpdate":{"taskId":"%s"}}' % task.encode(),
+        tenant=tenant,
+        owner=owner,
+        created_at=1000.0 + seq,
+    )
+
+
+async def test_outbox_pending_in_stream_and_seq_order(outbox: PushOutbox) -> None:
+    await outbox.commit(OutboxChanges(added=[entry(3), entry(1, config="c2"), entry(1), entry(2)]))
+    pending = await outbox.pending()
+    assert [(e.config_id, e.seq) for e in pending] == [("c1", 1), ("c1", 2), ("c1", 3), ("c2", 1)]
+    assert pending[0].body == entry(1).body
+    assert pending[0].created_at == 1000.0 + 1
+
+
+async def test_outbox_delivered_entries_leave_and_count(outbox: PushOutbox) -> None:
+    first, second = entry(1), entry(2)
+    await outbox.commit(OutboxChanges(added=[first, second]))
+    await outbox.commit(
+        OutboxChanges(delivered=[first], outcomes=[DeliveryOutcome(first.stream, True, 2000.0, "https://h/")])
+    )
+    assert [e.seq for e in await outbox.pending()] == [2]
+    [health] = await outbox.health("t1")
+    assert (health.config_id, health.url, health.delivered, health.pending, health.dead) == (
+        "c1",
+        "https://h/",
+        1,
+        1,
+        0,
+    )
+    assert health.last_success == datetime.fromtimestamp(2000.0, UTC)
+    assert health.last_failure is None
+
+
+async def test_outbox_retries_are_remembered(outbox: PushOutbox) -> None:
+    item = entry(1)
+    await outbox.commit(OutboxChanges(added=[item]))
+    item.attempts, item.next_attempt_at, item.last_error = 2, 5000.0, "HTTP 503"
+    fail = DeliveryOutcome(item.stream, False, 3000.0, "https://h/", "HTTP 503")
+    await outbox.commit(OutboxChanges(retried=[item], outcomes=[fail, fail]))
+    [stored] = await outbox.pending()
+    assert (stored.attempts, stored.next_attempt_at, stored.last_error) == (2, 5000.0, "HTTP 503")
+    [health] = await outbox.health("t1")
+    assert (health.failures, health.consecutive_failures, health.last_error) == (2, 2, "HTTP 503")
+    await outbox.commit(OutboxChanges(delivered=[item], outcomes=[DeliveryOutcome(item.stream, True, 3001.0)]))
+    [health] = await outbox.health("t1")
+    assert (health.failures, health.consecutive_failures, health.delivered, health.pending) == (2, 0, 1, 0)
+    assert health.url == "https://h/"  # an outcome without a url keeps the known one
+
+
+async def test_outbox_dead_letters(outbox: PushOutbox) -> None:
+    first, second = entry(1), entry(2)
+    await outbox.commit(OutboxChanges(added=[first, second]))
+    first.attempts, first.last_error, first.dead_at = 3, "HTTP 500", 4000.0
+    await outbox.commit(OutboxChanges(dead=[first]))
+    assert [e.seq for e in await outbox.pending()] == [2]
+    [dead] = await outbox.dead_letters("t1")
+    assert (dead.event_id, dead.attempts, dead.last_error, dead.dead_at) == (first.event_id, 3, "HTTP 500", 4000.0)
+    [health] = await outbox.health("t1")
+    assert (health.pending, health.dead) == (1, 1)
+
+
+async def test_outbox_discard_drops_pending_of_one_stream_only(outbox: PushOutbox) -> None:
+    dead = entry(9)
+    await outbox.commit(OutboxChanges(added=[entry(1), entry(2), entry(1, config="c2"), dead]))
+    dead.dead_at = 1.0
+    await outbox.commit(OutboxChanges(dead=[dead]))
+    await outbox.commit(OutboxChanges(discarded=[("", "anonymous", "t1", "c1")]))
+    assert [(e.config_id, e.seq) for e in await outbox.pending()] == [("c2", 1)]
+    assert [e.seq for e in await outbox.dead_letters("t1")] == [9]  # dead letters stay
+
+
+async def test_outbox_discard_then_add_in_one_commit_keeps_the_new_entries(outbox: PushOutbox) -> None:
+    await outbox.commit(OutboxChanges(added=[entry(1)]))
+    await outbox.commit(OutboxChanges(discarded=[("", "anonymous", "t1", "c1")], added=[entry(2)]))
+    assert [e.seq for e in await outbox.pending()] == [2]
+
+
+async def test_outbox_is_scoped_by_tenant_owner_and_task(outbox: PushOutbox) -> None:
+    await outbox.commit(
+        OutboxChanges(
+            added=[entry(1), entry(1, tenant="acme"), entry(1, owner="alice"), entry(1, task="t2")],
+            outcomes=[DeliveryOutcome(("acme", "anonymous", "t1", "c1"), True, 1.0)],
+        )
+    )
+    [mine] = await outbox.health("t1")
+    assert (mine.tenant, mine.owner, mine.pending, mine.delivered) == ("", "anonymous", 1, 0)
+    [acme] = await outbox.health("t1", tenant="acme")
+    assert (acme.pending, acme.delivered) == (1, 1)
+    assert [h.owner for h in await outbox.health("t1", owner="alice")] == ["alice"]
+    assert await outbox.health("t3") == []
+    assert len(await outbox.pending()) == 4
+
+
+async def test_outbox_adding_an_entry_twice_keeps_one(outbox: PushOutbox) -> None:
+    await outbox.commit(OutboxChanges(added=[entry(1)]))
+    await outbox.commit(OutboxChanges(added=[entry(1)]))
+    assert len(await outbox.pending()) == 1
+
+
+async def test_outbox_claims_are_exclusive_per_stream(outbox: PushOutbox) -> None:
+    stream = ("", "anonymous", "t1", "c1")
+    assert await outbox.claim(stream, "w1")
+    assert await outbox.claim(stream, "w1")  # re-entrant for the holder
+    assert not await outbox.claim(stream, "w2")
+    assert await outbox.claim(("", "anonymous", "t1", "c2"), "w2")
+    await outbox.release(stream, "w2")  # not the holder: no effect
+    assert not await outbox.claim(stream, "w2")
+    await outbox.release(stream, "w1")
+    assert await outbox.claim(stream, "w2")
+
+
+async def test_outbox_stored_copy_is_not_the_callers_object(outbox: PushOutbox) -> None:
+    item = entry(1)
+    await outbox.commit(OutboxChanges(added=[item]))
+    item.attempts = 7
+    item.last_error = "changed after commit"
+    [stored] = await outbox.pending()
+    assert (stored.attempts, stored.last_error) == (0, "")

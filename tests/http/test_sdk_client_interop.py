@@ -53,7 +53,9 @@ pytestmark = [
 T = TypeVar("T")
 
 CALL_TIMEOUT = 20.0  # bound on any single SDK call
-HOOK_URL = "http://127.0.0.1:9/hook"  # never called: push configs are only stored on tasks that are already terminal
+# Never called: push configs are only stored on tasks that are already terminal. A public name: the SSRF guard
+# refuses loopback webhooks unless the server allows them (--push-allow).
+HOOK_URL = "https://hooks.example.com/a2a"
 SUBSCRIBE_SLOW_SECONDS = 3
 FUNCTION_AGENT_SECONDS = 3
 PROMPT = 2.0  # seconds: a returnImmediately answer arrives well within this

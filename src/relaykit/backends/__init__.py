@@ -16,6 +16,11 @@ def __getattr__(name: str) -> object:
         from relaykit.backends._sqlite import StoreLockedError
 
         return StoreLockedError
+    # The PostgreSQL store needs asyncpg (the "postgres" extra): imported only when named.
+    if name in ("PostgresPushConfigStore", "PostgresTaskStore", "StoreInUseError"):
+        from relaykit.backends import _postgres
+
+        return getattr(_postgres, name)
     raise AttributeError(name)
 
 
@@ -24,7 +29,10 @@ __all__ = [
     "ListPage",
     "MemoryPushConfigStore",
     "MemoryTaskStore",
+    "PostgresPushConfigStore",
+    "PostgresTaskStore",
     "PushConfigStore",
+    "StoreInUseError",
     "StoreLockedError",
     "TaskQuery",
     "TaskRecord",

@@ -19,7 +19,20 @@ from typing import Protocol, runtime_checkable
 
 from relaykit._types import Task, TaskPushNotificationConfig, TaskState
 
-__all__ = ["ConflictError", "ListPage", "PushConfigStore", "TaskQuery", "TaskRecord", "TaskStore"]
+__all__ = [
+    "ConflictError",
+    "DeliveryHealth",
+    "DeliveryOutcome",
+    "ListPage",
+    "OutboxChanges",
+    "OutboxEntry",
+    "PushConfigStore",
+    "PushOutbox",
+    "StreamKey",
+    "TaskQuery",
+    "TaskRecord",
+    "TaskStore",
+]
 
 
 class ConflictError(Exception):
@@ -123,3 +136,129 @@ class PushConfigStore(Protocol):
 
     async def delete(self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
         """Remove one config; ``True`` when something was removed. Deleting a missing config is not an error."""
+
+
+# --- push notification outbox ------------------------------------------------------------------------------------
+
+StreamKey = tuple[str, str, str, str]
+"""One delivery stream: ``(tenant, owner, task_id, config_id)``. Notifications of a stream are delivered in order."""
+
+
+@dataclass(slots=True)
+class OutboxEntry:
+    """One push notification waiting for delivery: one task event (its StreamResponse JSON) for one push config.
+
+    ``event_id`` names the notification for its whole life (every attempt, across restarts), so receivers can
+    dedupe; ``seq`` is the event's per-task sequence number and orders the entries of a stream.
+    """
+
+    event_id: str
+    task_id: str
+    config_id: str
+    seq: int
+    body: bytes
+    tenant: str = ""
+    owner: str = "anonymous"
+    created_at: float = 0.0  # epoch seconds
+    attempts: int = 0
+    next_attempt_at: float = 0.0  # epoch seconds; 0 = at once
+    last_error: str = ""
+    dead_at: float | None = None  # set once the entry is a dead letter
+
+    @property
+    def stream(self) -> StreamKey:
+        """The delivery stream this entry belongs to."""
+        return (self.tenant, self.owner, self.task_id, self.config_id)
+
+
+@dataclass(slots=True, frozen=True)
+class DeliveryOutcome:
+    """One delivery attempt's result, folded into the stream's ``DeliveryHealth``."""
+
+    stream: StreamKey
+    ok: bool
+    at: float
+    url: str = ""
+    error: str = ""
+
+
+@dataclass(slots=True)
+class DeliveryHealth:
+    """Delivery health of one push config of one task.
+
+    ``delivered`` / ``failures`` count successful / failed attempts; ``consecutive_failures`` resets on success;
+    ``pending`` notifications wait for delivery; ``dead`` ones were given up on (dead letters).
+    """
+
+    task_id: str
+    config_id: str
+    tenant: str = ""
+    owner: str = "anonymous"
+    url: str = ""
+    delivered: int = 0
+    failures: int = 0
+    consecutive_failures: int = 0
+    last_success: datetime | None = None
+    last_failure: datetime | None = None
+    last_error: str = ""
+    pending: int = 0
+    dead: int = 0
+
+
+@dataclass(slots=True)
+class OutboxChanges:
+    """A batch of outbox writes, committed atomically by ``PushOutbox.commit``.
+
+    Applied in this order: ``discarded`` streams lose their pending entries, ``added`` entries are inserted,
+    ``delivered`` entries removed, ``retried`` entries get their new attempt count / next attempt / error, ``dead``
+    entries become dead letters, and ``outcomes`` update the health counters.
+    """
+
+    added: list[OutboxEntry] = field(default_factory=list)
+    delivered: list[OutboxEntry] = field(default_factory=list)
+    retried: list[OutboxEntry] = field(default_factory=list)
+    dead: list[OutboxEntry] = field(default_factory=list)
+    discarded: list[StreamKey] = field(default_factory=list)
+    outcomes: list[DeliveryOutcome] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.delivered or self.retried or self.dead or self.discarded or self.outcomes)
+
+
+@runtime_checkable
+class PushOutbox(Protocol):
+    """Durable queue of push notifications (the outbox), with dead letters and per-config delivery health.
+
+    A notification is committed here before any delivery attempt, and removed only after a 2xx (at-least-once).
+    ``durable`` says whether a commit survives the process (SQLite) or not (memory).
+
+    Leases: a sender ``claim``s a stream before delivering it and ``release``s it after, so two senders never
+    deliver the same (task, config) at once. The embedded stores serve one process, so their claims are
+    in-process; a store shared by several processes implements them as expiring lease rows.
+    """
+
+    durable: bool
+
+    async def start(self) -> None:
+        """Open connections, create or migrate the schema."""
+
+    async def close(self) -> None:
+        """Release connections."""
+
+    async def commit(self, changes: OutboxChanges) -> None:
+        """Apply a batch of changes in one transaction."""
+
+    async def pending(self) -> list[OutboxEntry]:
+        """Every entry still to deliver, ordered by stream and ``seq`` (read on start to resume delivery)."""
+
+    async def claim(self, stream: StreamKey, worker: str) -> bool:
+        """Lease ``stream`` to ``worker``; ``False`` when another worker holds it."""
+
+    async def release(self, stream: StreamKey, worker: str) -> None:
+        """Give a claimed stream back."""
+
+    async def health(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[DeliveryHealth]:
+        """Delivery health of every config of the task that has a record, pending entries or dead letters."""
+
+    async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
+        """The task's dead letters, oldest first."""

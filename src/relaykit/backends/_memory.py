@@ -6,7 +6,9 @@ tuple, well under the official SDK's ~1.9 KB per task, and a reader can never mu
 
 from __future__ import annotations
 
-from datetime import datetime
+import dataclasses
+import time
+from datetime import UTC, datetime
 
 from relaykit._model import utc_now
 from relaykit._types import (
@@ -19,10 +21,19 @@ from relaykit._types import (
     TaskStatus,
     new_id,
 )
-from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord
+from relaykit.backends._base import (
+    ConflictError,
+    DeliveryHealth,
+    ListPage,
+    OutboxChanges,
+    OutboxEntry,
+    StreamKey,
+    TaskQuery,
+    TaskRecord,
+)
 from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
 
-__all__ = ["MemoryPushConfigStore", "MemoryTaskStore"]
+__all__ = ["MemoryPushConfigStore", "MemoryPushOutbox", "MemoryTaskStore", "from_epoch"]
 
 _ACTIVE = (TaskState.SUBMITTED, TaskState.WORKING)
 _TERMINAL = (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED)
@@ -155,6 +166,10 @@ class MemoryPushConfigStore:
     async def close(self) -> None:
         return None
 
+    async def any_configs(self) -> bool:
+        """Whether any config is stored (the push sender hooks the engine only once one may exist)."""
+        return bool(self._configs)
+
     async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
         self._configs.setdefault((config.tenant, owner, config.task_id), {})[config.id] = config.to_json()
 
@@ -179,3 +194,132 @@ class MemoryPushConfigStore:
         if not configs:
             del self._configs[(tenant, owner, task_id)]
         return True
+
+
+def from_epoch(value: float | None) -> datetime | None:
+    """An epoch-seconds timestamp as an aware UTC datetime (``None`` stays ``None``)."""
+    return datetime.fromtimestamp(value, UTC) if value is not None else None
+
+
+class _Health:
+    __slots__ = ("consecutive", "delivered", "failures", "last_error", "last_failure", "last_success", "url")
+
+    def __init__(self) -> None:
+        self.url = ""
+        self.delivered = 0
+        self.failures = 0
+        self.consecutive = 0
+        self.last_success: float | None = None
+        self.last_failure: float | None = None
+        self.last_error = ""
+
+
+class MemoryPushOutbox:
+    """The push outbox in dicts: pending entries per stream in ``seq`` order, dead letters, health counters.
+
+    Nothing survives the process (``durable`` is false): a commit is an in-process append.
+    """
+
+    durable = False
+
+    def __init__(self) -> None:
+        self._pending: dict[StreamKey, dict[str, OutboxEntry]] = {}
+        self._dead: dict[StreamKey, dict[str, OutboxEntry]] = {}
+        self._health: dict[StreamKey, _Health] = {}
+        self._claims: dict[StreamKey, str] = {}
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def commit(self, changes: OutboxChanges) -> None:
+        # Copies in: the caller keeps mutating its entries (attempt counts) after the commit.
+        for stream in changes.discarded:
+            self._pending.pop(stream, None)
+        for entry in changes.added:
+            self._pending.setdefault(entry.stream, {})[entry.event_id] = dataclasses.replace(entry)
+        for entry in changes.delivered:
+            self._remove(entry)
+        for entry in changes.retried:
+            stored = self._pending.get(entry.stream, {}).get(entry.event_id)
+            if stored is not None:
+                stored.attempts = entry.attempts
+                stored.next_attempt_at = entry.next_attempt_at
+                stored.last_error = entry.last_error
+        for entry in changes.dead:
+            self._remove(entry)
+            dead = dataclasses.replace(entry)
+            if dead.dead_at is None:
+                dead.dead_at = time.time()
+            self._dead.setdefault(entry.stream, {})[entry.event_id] = dead
+        for outcome in changes.outcomes:
+            health = self._health.get(outcome.stream)
+            if health is None:
+                health = self._health[outcome.stream] = _Health()
+            if outcome.url:
+                health.url = outcome.url
+            if outcome.ok:
+                health.delivered += 1
+                health.consecutive = 0
+                health.last_success = outcome.at
+            else:
+                health.failures += 1
+                health.consecutive += 1
+                health.last_failure = outcome.at
+                health.last_error = outcome.error
+
+    def _remove(self, entry: OutboxEntry) -> None:
+        entries = self._pending.get(entry.stream)
+        if entries is not None:
+            entries.pop(entry.event_id, None)
+            if not entries:
+                del self._pending[entry.stream]
+
+    async def pending(self) -> list[OutboxEntry]:
+        out: list[OutboxEntry] = []
+        for stream in sorted(self._pending):
+            out.extend(dataclasses.replace(e) for e in sorted(self._pending[stream].values(), key=lambda e: e.seq))
+        return out
+
+    async def claim(self, stream: StreamKey, worker: str) -> bool:
+        holder = self._claims.setdefault(stream, worker)
+        return holder == worker
+
+    async def release(self, stream: StreamKey, worker: str) -> None:
+        if self._claims.get(stream) == worker:
+            del self._claims[stream]
+
+    def _streams_of(self, task_id: str, tenant: str, owner: str) -> list[StreamKey]:
+        keys = {*self._health, *self._pending, *self._dead}
+        return sorted(k for k in keys if k[0] == tenant and k[1] == owner and k[2] == task_id)
+
+    async def health(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[DeliveryHealth]:
+        out = []
+        for stream in self._streams_of(task_id, tenant, owner):
+            row = self._health.get(stream) or _Health()
+            out.append(
+                DeliveryHealth(
+                    task_id=task_id,
+                    config_id=stream[3],
+                    tenant=tenant,
+                    owner=owner,
+                    url=row.url,
+                    delivered=row.delivered,
+                    failures=row.failures,
+                    consecutive_failures=row.consecutive,
+                    last_success=from_epoch(row.last_success),
+                    last_failure=from_epoch(row.last_failure),
+                    last_error=row.last_error,
+                    pending=len(self._pending.get(stream, ())),
+                    dead=len(self._dead.get(stream, ())),
+                )
+            )
+        return out
+
+    async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
+        out: list[OutboxEntry] = []
+        for stream in self._streams_of(task_id, tenant, owner):
+            out.extend(dataclasses.replace(e) for e in self._dead.get(stream, {}).values())
+        return sorted(out, key=lambda e: (e.dead_at or 0.0, e.seq))

@@ -21,9 +21,10 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   ``save``; ``list`` filters, counts and pages by the keyset ``(status_ts, id) < cursor`` in SQL; page tokens
   are ``_paging``'s, so a token means the same to every backend. Ids compare as UTF-8 bytes (SQLite's
   BINARY collation), the same order as Python's ``str`` comparison.
-* **Namespaced schema.** Tables are ``<namespace>_tasks``, ``<namespace>_push_configs`` and
-  ``<namespace>_schema`` (its version); the schema is created or migrated on start in one transaction, and a
-  file written by a newer relaykit is refused rather than misread.
+* **Namespaced schema.** Tables are ``<namespace>_tasks``, ``<namespace>_push_configs``, the push outbox
+  ``<namespace>_push_outbox`` / ``<namespace>_push_health``, and ``<namespace>_schema`` (its version); the
+  schema is created or migrated on start in one transaction, and a file written by a newer relaykit is refused
+  rather than misread.
 * The directory of the file must exist: a typo in ``--store`` is an error, not a new directory tree.
 
 A cancelled call may still complete on the worker thread (a statement cannot be interrupted half-way); the
@@ -37,6 +38,7 @@ import fcntl
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -44,15 +46,24 @@ from datetime import datetime
 from typing import TypeVar
 
 from relaykit._types import Task, TaskPushNotificationConfig, TaskState
-from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord
-from relaykit.backends._memory import failed_status
+from relaykit.backends._base import (
+    ConflictError,
+    DeliveryHealth,
+    ListPage,
+    OutboxChanges,
+    OutboxEntry,
+    StreamKey,
+    TaskQuery,
+    TaskRecord,
+)
+from relaykit.backends._memory import failed_status, from_epoch
 from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
 
-__all__ = ["SCHEMA_VERSION", "SQLitePushConfigStore", "SQLiteTaskStore", "StoreLockedError"]
+__all__ = ["SCHEMA_VERSION", "SQLitePushConfigStore", "SQLitePushOutbox", "SQLiteTaskStore", "StoreLockedError"]
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this relaykit writes; older files are migrated on start, newer ones refused."""
 
 BUSY_TIMEOUT_MS = 5000
@@ -94,6 +105,39 @@ _MIGRATIONS: list[list[str]] = [
             seq     INTEGER NOT NULL,
             body    BLOB NOT NULL,
             PRIMARY KEY (tenant, owner, task_id, id)
+        )""",
+    ],
+    # 2: the push-notification outbox (pending entries and dead letters) and per-config delivery health.
+    [
+        """CREATE TABLE {ns}_push_outbox (
+            event_id   TEXT PRIMARY KEY,
+            tenant     TEXT NOT NULL,
+            owner      TEXT NOT NULL,
+            task_id    TEXT NOT NULL,
+            config_id  TEXT NOT NULL,
+            seq        INTEGER NOT NULL,
+            body       BLOB NOT NULL,
+            created_at REAL NOT NULL,
+            attempts   INTEGER NOT NULL DEFAULT 0,
+            next_at    REAL NOT NULL DEFAULT 0,
+            last_error TEXT NOT NULL DEFAULT '',
+            dead_at    REAL
+        )""",
+        # A stream's pending entries in delivery order, its counts, and "discard this stream" are index ranges.
+        "CREATE INDEX {ns}_push_outbox_stream ON {ns}_push_outbox (tenant, owner, task_id, config_id, dead_at, seq)",
+        """CREATE TABLE {ns}_push_health (
+            tenant       TEXT NOT NULL,
+            owner        TEXT NOT NULL,
+            task_id      TEXT NOT NULL,
+            config_id    TEXT NOT NULL,
+            url          TEXT NOT NULL DEFAULT '',
+            delivered    INTEGER NOT NULL DEFAULT 0,
+            failures     INTEGER NOT NULL DEFAULT 0,
+            consecutive  INTEGER NOT NULL DEFAULT 0,
+            last_success REAL,
+            last_failure REAL,
+            last_error   TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (tenant, owner, task_id, config_id)
         )""",
     ],
 ]
@@ -460,6 +504,7 @@ class SQLitePushConfigStore:
         self._sql_get = f"SELECT body FROM {p} WHERE tenant = ? AND owner = ? AND task_id = ? AND id = ?"
         self._sql_list = f"SELECT body FROM {p} WHERE tenant = ? AND owner = ? AND task_id = ? ORDER BY seq"
         self._sql_delete = f"DELETE FROM {p} WHERE tenant = ? AND owner = ? AND task_id = ? AND id = ?"
+        self._sql_any = f"SELECT 1 FROM {p} LIMIT 1"
 
     @property
     def path(self) -> str:
@@ -475,6 +520,14 @@ class SQLitePushConfigStore:
         if self._started:
             self._started = False
             await self._db.release()
+
+    async def any_configs(self) -> bool:
+        """Whether any config is stored (the push sender hooks the engine only once one may exist)."""
+
+        def job(conn: sqlite3.Connection) -> bool:
+            return conn.execute(self._sql_any).fetchone() is not None
+
+        return await self._db.run(job)
 
     async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
         body = config.to_json()
@@ -506,5 +559,196 @@ class SQLitePushConfigStore:
     async def delete(self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
         def job(conn: sqlite3.Connection) -> bool:
             return conn.execute(self._sql_delete, (tenant, owner, task_id, config_id)).rowcount > 0
+
+        return await self._db.run(job)
+
+
+class SQLitePushOutbox:
+    """The push outbox in the same SQLite file as the tasks (``<ns>_push_outbox``, ``<ns>_push_health``).
+
+    Like ``SQLitePushConfigStore`` it shares the task store's file, connection, thread and owner lock when given
+    the ``SQLiteTaskStore``. A ``commit`` is one transaction however many changes it carries, so a sender that
+    batches its writes pays one WAL append per batch (``synchronous=NORMAL``: no fsync per commit either).
+    Claims are in-process: the owner lock already makes this process the only one serving the file.
+    """
+
+    durable = True
+
+    def __init__(self, tasks_or_path: SQLiteTaskStore | str | os.PathLike[str], *, namespace: str = "relaykit") -> None:
+        if isinstance(tasks_or_path, SQLiteTaskStore):
+            self._db = tasks_or_path._db
+        else:
+            self._db = _Database(os.fspath(tasks_or_path), namespace)
+        self._started = False
+        self._claims: dict[StreamKey, str] = {}
+        o = f"{self._db.namespace}_push_outbox"
+        h = f"{self._db.namespace}_push_health"
+        stream = "tenant = ? AND owner = ? AND task_id = ? AND config_id = ?"
+        self._sql_discard = f"DELETE FROM {o} WHERE {stream} AND dead_at IS NULL"
+        self._sql_add = (
+            f"INSERT OR IGNORE INTO {o} (event_id, tenant, owner, task_id, config_id, seq, body, created_at, attempts, "
+            "next_at, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        self._sql_delivered = f"DELETE FROM {o} WHERE event_id = ? AND dead_at IS NULL"
+        self._sql_retried = (
+            f"UPDATE {o} SET attempts = ?, next_at = ?, last_error = ? WHERE event_id = ? AND dead_at IS NULL"
+        )
+        self._sql_dead = f"UPDATE {o} SET attempts = ?, last_error = ?, dead_at = ? WHERE event_id = ?"
+        self._sql_ok = (
+            f"INSERT INTO {h} (tenant, owner, task_id, config_id, url, delivered, consecutive, last_success) "
+            "VALUES (?, ?, ?, ?, ?, 1, 0, ?) ON CONFLICT (tenant, owner, task_id, config_id) DO UPDATE SET "
+            "url = CASE WHEN excluded.url = '' THEN url ELSE excluded.url END, delivered = delivered + 1, "
+            "consecutive = 0, last_success = excluded.last_success"
+        )
+        self._sql_fail = (
+            f"INSERT INTO {h} (tenant, owner, task_id, config_id, url, failures, consecutive, last_failure, "
+            "last_error) VALUES (?, ?, ?, ?, ?, 1, 1, ?, ?) ON CONFLICT (tenant, owner, task_id, config_id) DO UPDATE "
+            "SET url = CASE WHEN excluded.url = '' THEN url ELSE excluded.url END, failures = failures + 1, "
+            "consecutive = consecutive + 1, last_failure = excluded.last_failure, last_error = excluded.last_error"
+        )
+        columns = (
+            "event_id, tenant, owner, task_id, config_id, seq, body, created_at, attempts, next_at, last_error, dead_at"
+        )
+        self._sql_pending = (
+            f"SELECT {columns} FROM {o} WHERE dead_at IS NULL ORDER BY tenant, owner, task_id, config_id, seq"
+        )
+        self._sql_dead_letters = (
+            f"SELECT {columns} FROM {o} WHERE tenant = ? AND owner = ? AND task_id = ? AND dead_at IS NOT NULL "
+            "ORDER BY dead_at, seq"
+        )
+        self._sql_counts = (
+            f"SELECT config_id, SUM(dead_at IS NULL), SUM(dead_at IS NOT NULL) FROM {o} "
+            "WHERE tenant = ? AND owner = ? AND task_id = ? GROUP BY config_id"
+        )
+        self._sql_health = (
+            f"SELECT config_id, url, delivered, failures, consecutive, last_success, last_failure, last_error "
+            f"FROM {h} WHERE tenant = ? AND owner = ? AND task_id = ?"
+        )
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the database file."""
+        return self._db.path
+
+    async def start(self) -> None:
+        if not self._started:
+            await self._db.acquire()
+            self._started = True
+
+    async def close(self) -> None:
+        if self._started:
+            self._started = False
+            await self._db.release()
+
+    async def commit(self, changes: OutboxChanges) -> None:
+        # Rows are built now, at call time: the caller keeps mutating its entries while the write waits its turn.
+        discarded = list(changes.discarded)
+        added = [
+            (
+                e.event_id,
+                e.tenant,
+                e.owner,
+                e.task_id,
+                e.config_id,
+                e.seq,
+                e.body,
+                e.created_at,
+                e.attempts,
+                e.next_attempt_at,
+                e.last_error,
+            )
+            for e in changes.added
+        ]
+        delivered = [(e.event_id,) for e in changes.delivered]
+        retried = [(e.attempts, e.next_attempt_at, e.last_error, e.event_id) for e in changes.retried]
+        now = time.time()
+        dead = [
+            (e.attempts, e.last_error, e.dead_at if e.dead_at is not None else now, e.event_id) for e in changes.dead
+        ]
+        ok = [(*o.stream, o.url, o.at) for o in changes.outcomes if o.ok]
+        failed = [(*o.stream, o.url, o.at, o.error) for o in changes.outcomes if not o.ok]
+
+        def job(conn: sqlite3.Connection) -> None:
+            with _transaction(conn):
+                if discarded:
+                    conn.executemany(self._sql_discard, discarded)
+                if added:
+                    conn.executemany(self._sql_add, added)
+                if delivered:
+                    conn.executemany(self._sql_delivered, delivered)
+                if retried:
+                    conn.executemany(self._sql_retried, retried)
+                if dead:
+                    conn.executemany(self._sql_dead, dead)
+                if ok:
+                    conn.executemany(self._sql_ok, ok)
+                if failed:
+                    conn.executemany(self._sql_fail, failed)
+
+        await self._db.run(job)
+
+    @staticmethod
+    def _entry(row: tuple[object, ...]) -> OutboxEntry:
+        return OutboxEntry(
+            event_id=str(row[0]),
+            tenant=str(row[1]),
+            owner=str(row[2]),
+            task_id=str(row[3]),
+            config_id=str(row[4]),
+            seq=int(row[5]),  # type: ignore[call-overload]
+            body=bytes(row[6]),  # type: ignore[call-overload]
+            created_at=float(row[7]),  # type: ignore[arg-type]
+            attempts=int(row[8]),  # type: ignore[call-overload]
+            next_attempt_at=float(row[9]),  # type: ignore[arg-type]
+            last_error=str(row[10]),
+            dead_at=float(row[11]) if row[11] is not None else None,  # type: ignore[arg-type]
+        )
+
+    async def pending(self) -> list[OutboxEntry]:
+        def job(conn: sqlite3.Connection) -> list[OutboxEntry]:
+            return [self._entry(row) for row in conn.execute(self._sql_pending)]
+
+        return await self._db.run(job)
+
+    async def claim(self, stream: StreamKey, worker: str) -> bool:
+        return self._claims.setdefault(stream, worker) == worker
+
+    async def release(self, stream: StreamKey, worker: str) -> None:
+        if self._claims.get(stream) == worker:
+            del self._claims[stream]
+
+    async def health(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[DeliveryHealth]:
+        scope = (tenant, owner, task_id)
+
+        def job(conn: sqlite3.Connection) -> list[DeliveryHealth]:
+            conn.execute("BEGIN")
+            try:
+                counts = {str(r[0]): (int(r[1]), int(r[2])) for r in conn.execute(self._sql_counts, scope)}
+                rows = {str(r[0]): r for r in conn.execute(self._sql_health, scope)}
+            finally:
+                conn.execute("COMMIT")
+            out = []
+            for config_id in sorted({*counts, *rows}):
+                pending, dead = counts.get(config_id, (0, 0))
+                row = rows.get(config_id)
+                health = DeliveryHealth(
+                    task_id=task_id, config_id=config_id, tenant=tenant, owner=owner, pending=pending, dead=dead
+                )
+                if row is not None:
+                    health.url = str(row[1])
+                    health.delivered = int(row[2])
+                    health.failures = int(row[3])
+                    health.consecutive_failures = int(row[4])
+                    health.last_success = from_epoch(row[5])
+                    health.last_failure = from_epoch(row[6])
+                    health.last_error = str(row[7])
+                out.append(health)
+            return out
+
+        return await self._db.run(job)
+
+    async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
+        def job(conn: sqlite3.Connection) -> list[OutboxEntry]:
+            return [self._entry(row) for row in conn.execute(self._sql_dead_letters, (tenant, owner, task_id))]
 
         return await self._db.run(job)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 from relaykit.backends._base import PushConfigStore, TaskStore
 from relaykit.backends._memory import MemoryPushConfigStore, MemoryTaskStore
 
@@ -30,7 +32,11 @@ def open_store(url: str, *, namespace: str = "relaykit") -> TaskStore:
 
         return SQLiteTaskStore(path, namespace=namespace)
     if url.startswith(("postgresql://", "postgres://")):
-        raise ValueError("the PostgreSQL store is not available yet in this version of relaykit")
+        _need_asyncpg()
+        from relaykit.backends._postgres import PostgresTaskStore
+
+        # Holds the single-process guard while started (the in-process bus serves one process only).
+        return PostgresTaskStore(url, namespace=namespace)
     raise ValueError(f"unknown store {url!r}: use memory, sqlite:///path.db, path.db or postgresql://…")
 
 
@@ -43,4 +49,16 @@ def open_push_store(url: str, tasks: TaskStore | None = None) -> PushConfigStore
         from relaykit.backends._sqlite import SQLitePushConfigStore, SQLiteTaskStore
 
         return SQLitePushConfigStore(tasks if isinstance(tasks, SQLiteTaskStore) else path)
+    if url.startswith(("postgresql://", "postgres://")):
+        _need_asyncpg()
+        from relaykit.backends._postgres import PostgresPushConfigStore, PostgresTaskStore
+
+        # Built from the task store, it shares the task store's pool (and namespace).
+        return PostgresPushConfigStore(tasks if isinstance(tasks, PostgresTaskStore) else url)
     raise ValueError(f"unknown store {url!r}")
+
+
+def _need_asyncpg() -> None:
+    # asyncpg is an optional dependency: say how to get it instead of failing with a bare ImportError.
+    if importlib.util.find_spec("asyncpg") is None:
+        raise ValueError("the PostgreSQL store needs asyncpg: pip install 'relaykit[postgres]'")

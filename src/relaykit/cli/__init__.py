@@ -1,6 +1,8 @@
-"""The ``relaykit`` command line: ``serve`` an agent (more commands arrive with the client).
+"""The ``relaykit`` command line: ``serve`` an agent, call agents (``card``, ``send``, ``get``, ``list``, ``cancel``,
+``subscribe``, ``chat``), and operate stores (``db upgrade``, ``push status``).
 
-relaykit serve examples/echo.py --port 8000
+    relaykit serve examples/echo.py --port 8000
+    relaykit send http://localhost:8000 "hello"
 """
 
 from __future__ import annotations
@@ -8,6 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from relaykit.cli._client_cmds import add_client_parsers
+from relaykit.cli._db_cmds import add_db_parser
+from relaykit.cli._push_cmds import add_push_parser
 from relaykit.cli._serve import add_serve_parser
 
 __all__ = ["build_parser", "main"]
@@ -18,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="relaykit", description="A2A 1.0 agents: serve them, call them.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)
+    add_client_parsers(sub)
+    add_db_parser(sub)
+    add_push_parser(sub)
     return parser
 
 

@@ -10,6 +10,7 @@ import re
 import signal
 import sys
 from typing import Any
+from urllib.parse import urlsplit
 
 from relaykit.cli._target import TargetError, load_target
 
@@ -53,6 +54,7 @@ def add_serve_parser(sub: Any) -> None:
         metavar="HOST_OR_CIDR",
         help="allow webhooks to this host or network (repeatable)",
     )
+    _add_push_options(p)
     p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
     p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
@@ -68,6 +70,65 @@ def _bus_url(args: argparse.Namespace) -> str:
     return args.bus or os.environ.get("RELAYKIT_BUS") or "memory"
 
 
+def _grpc_url(args: argparse.Namespace, public_url: str) -> str | None:
+    """The card's GRPC interface: bare ``host:port``, the host of the public URL (``localhost`` by default)."""
+    if args.grpc_port is None:
+        return None
+    try:
+        import relaykit.grpc  # noqa: F401  (fail here, with a clear message, when the extra is missing)
+    except ImportError as exc:
+        raise TargetError(f"--grpc-port needs the grpc extra (pip install 'relaykit[grpc]'): {exc}") from None
+    host = urlsplit(public_url).hostname or "localhost"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{args.grpc_port}"
+
+
+def _add_push_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--push-events", choices=["all", "state"], default="all", help="push every task event, or state changes only"
+    )
+    p.add_argument("--push-timeout", type=parse_duration, default=None, help="webhook request timeout (default 10s)")
+    p.add_argument("--push-retries", type=int, default=None, help="attempts before a notification is dead (default 8)")
+    p.add_argument("--push-backoff", type=parse_duration, default=None, help="first retry delay (default 1s)")
+    p.add_argument("--push-max-backoff", type=parse_duration, default=None, help="longest retry delay (default 5m)")
+    p.add_argument("--push-max-age", type=parse_duration, default=None, help="give up after this long (default 1d)")
+    p.add_argument(
+        "--push-signing-key",
+        action="append",
+        default=[],
+        metavar="PEM_FILE",
+        help="sign webhooks with this EC/RSA private key (repeatable for rotation: oldest first, last signs)",
+    )
+    p.add_argument("--push-key-id", default=None, help="kid of the signing key (default: its JWK thumbprint)")
+
+
+def _push_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """create_app's push options from the flags (defaults left to create_app)."""
+    from pathlib import Path
+
+    from relaykit.push import DeliveryPolicy
+
+    fields = {
+        "timeout": args.push_timeout,
+        "max_attempts": args.push_retries,
+        "backoff": args.push_backoff,
+        "max_backoff": args.push_max_backoff,
+        "max_age": args.push_max_age,
+    }
+    chosen = {k: v for k, v in fields.items() if v is not None}
+    out: dict[str, Any] = {"push_events": args.push_events}
+    if chosen:
+        out["push_policy"] = DeliveryPolicy(**chosen)
+    if args.push_signing_key:
+        try:
+            out["push_signing_key"] = [Path(path).read_bytes() for path in args.push_signing_key]
+        except OSError as exc:
+            raise TargetError(f"cannot read --push-signing-key: {exc}") from None
+        out["push_key_id"] = args.push_key_id
+    return out
+
+
 def build_app(args: argparse.Namespace) -> Any:
     from relaykit.http._app import create_app
 
@@ -77,13 +138,12 @@ def build_app(args: argparse.Namespace) -> Any:
     bus = _bus_url(args)
     if bus != "memory":
         raise TargetError(f"bus {bus!r} is not available in this version of relaykit (use memory)")
-    if args.grpc_port is not None:
-        raise TargetError("the gRPC binding is not available in this version of relaykit")
     public_url = args.public_url or f"http://localhost:{args.port}"
     return create_app(
         target,
         store=_store_url(args),
         public_url=public_url,
+        grpc_url=_grpc_url(args, public_url),
         push=args.push,
         executor_timeout=args.executor_timeout,
         grace=args.grace,
@@ -91,6 +151,7 @@ def build_app(args: argparse.Namespace) -> Any:
         retention=args.retention,
         namespace=args.namespace,
         push_allow=tuple(args.push_allow),
+        **_push_kwargs(args),
     )
 
 
@@ -98,6 +159,9 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.reload and args.grpc_port is not None:
+        print("relaykit serve: --grpc-port cannot be combined with --reload", file=sys.stderr)
+        return 2
     if args.reload:
         os.environ["RELAYKIT_SERVE_ARGV"] = "\0".join(sys.argv[1:])
         uvicorn.run(
@@ -138,7 +202,23 @@ def run_serve(args: argparse.Namespace) -> int:
         except Exception as exc:
             print(f"relaykit serve: {exc}", file=sys.stderr)
             return 1
-        await server.serve()
+        if args.grpc_port is not None:
+            # gRPC next to HTTP, on the same A2AServer: one engine, one store, one drain.
+            from relaykit.grpc import GrpcServer
+
+            server.grpc = GrpcServer(app, host=args.host, port=args.grpc_port)
+            try:
+                await server.grpc.start()
+            except (OSError, RuntimeError) as exc:
+                print(f"relaykit serve: cannot serve gRPC on {args.host}:{args.grpc_port}: {exc}", file=sys.stderr)
+                await app.state.relaykit.stop()
+                return 1
+            print(f"relaykit: gRPC (lf.a2a.v1.A2AService) on {args.host}:{args.grpc_port}", flush=True)
+        try:
+            await server.serve()
+        finally:
+            if server.grpc is not None:
+                await server.grpc.stop(1.0)
         return 0 if server.started_ok else 1
 
     try:
@@ -175,6 +255,7 @@ class _DrainingServer(_Base):  # type: ignore[misc]
         self.relaykit = app.state.relaykit
         self._draining: asyncio.Task[None] | None = None
         self.started_ok = False
+        self.grpc: Any = None  # relaykit.grpc.GrpcServer when --grpc-port is given
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets=sockets)
@@ -187,8 +268,15 @@ class _DrainingServer(_Base):  # type: ignore[misc]
         self._draining = asyncio.get_event_loop().create_task(self._drain_then_exit(sig, frame))
 
     async def _drain_then_exit(self, sig: int, frame: Any) -> None:
+        # gRPC stops taking calls at once; the calls in flight end with the drain (blocking sends answer, streams
+        # close), and whatever is left after the grace period is cancelled.
+        grpc_stopped = None
+        if self.grpc is not None:
+            grpc_stopped = asyncio.ensure_future(self.grpc.stop(self.relaykit.grace + 1.0))
         try:
             await self.relaykit.stop()
+            if grpc_stopped is not None:
+                await grpc_stopped
         finally:
             super().handle_exit(sig, frame)
             # uvicorn re-raises a captured signal after shutdown, so the process would die by SIGTERM. A drained,

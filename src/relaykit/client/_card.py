@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 import time
@@ -146,8 +148,21 @@ def canonical_card(card: AgentCard) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def _protected_header(protected: str) -> dict[str, Any]:
+    try:
+        header = json.loads(base64.urlsafe_b64decode(protected + "=" * (-len(protected) % 4)))
+    except (ValueError, binascii.Error):
+        return {}
+    return header if isinstance(header, dict) else {}
+
+
 def verify_card(card: AgentCard, key: Any, *, algorithms: Sequence[str] = ("ES256", "RS256")) -> None:
-    """Verify at least one of the card's signatures with ``key``; raise ``A2AInvalidCardError`` otherwise."""
+    """Verify at least one of the card's signatures with ``key``; raise ``A2AInvalidCardError`` otherwise.
+
+    A signature is a detached JWS (RFC 7515 Appendix F): the signing input is ``protected + "." +
+    base64url(canonical card)`` (digest §7.5), what a2a-sdk signs and verifies. Signatures with an unencoded payload
+    (RFC 7797, ``"b64": false``), which earlier relaykit versions made, are accepted too.
+    """
     try:
         import jwt
     except ImportError as exc:  # pragma: no cover - depends on extras
@@ -155,11 +170,22 @@ def verify_card(card: AgentCard, key: Any, *, algorithms: Sequence[str] = ("ES25
     if not card.signatures:
         raise A2AInvalidCardError(f"agent card {card.name!r} is not signed")
     payload = canonical_card(card)
+    encoded = base64.urlsafe_b64encode(payload).rstrip(b"=").decode("ascii")
     errors: list[str] = []
     for signature in card.signatures:
-        token = f"{signature.protected}..{signature.signature}"
+        unencoded = _protected_header(signature.protected).get("b64") is False
         try:
-            jwt.api_jws.PyJWS().decode_complete(token, key=key, algorithms=list(algorithms), detached_payload=payload)
+            if unencoded:
+                jwt.api_jws.PyJWS().decode_complete(
+                    f"{signature.protected}..{signature.signature}",
+                    key=key,
+                    algorithms=list(algorithms),
+                    detached_payload=payload,
+                )
+            else:
+                jwt.api_jws.PyJWS().decode_complete(
+                    f"{signature.protected}.{encoded}.{signature.signature}", key=key, algorithms=list(algorithms)
+                )
             return
         except jwt.PyJWTError as exc:
             errors.append(str(exc))
@@ -177,9 +203,11 @@ def sign_card(card: AgentCard, key: Any, *, algorithm: str = "ES256", kid: str, 
     headers: dict[str, Any] = {"kid": kid, "typ": "JOSE"}
     if jku:
         headers["jku"] = jku
-    token = jwt.api_jws.PyJWS().encode(
-        canonical_card(card), key, algorithm=algorithm, headers=headers, is_payload_detached=True
-    )
+    # Bug fix: this signed with an unencoded payload (RFC 7797 "b64": false, via PyJWT's is_payload_detached), whose
+    # signing input is the raw JSON. The A2A signing input is base64url(header) "." base64url(payload) (digest §7.5,
+    # RFC 7515 Appendix F), so neither a2a-sdk nor any spec verifier accepted relaykit's signatures. Sign the
+    # ordinary compact form and leave the payload segment out of the card.
+    token = jwt.api_jws.PyJWS().encode(canonical_card(card), key, algorithm=algorithm, headers=headers)
     protected, _, sig = token.split(".")
     signature = AgentCardSignature(protected=protected, signature=sig)
     return card.model_copy(update={"signatures": [*card.signatures, signature]})

@@ -177,6 +177,7 @@ class Client:
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         )
         self._stream_timeout = httpx.Timeout(stream_timeout, connect=connect_timeout)
+        self._timeout = timeout
         self._transport = transport
 
     # --- lifecycle ---------------------------------------------------------------------------------------
@@ -200,13 +201,24 @@ class Client:
 
     def _make_transport(self, interface: AgentInterface) -> ClientTransport:
         binding = interface.protocol_binding.upper()
+        # Bug fix: ``stream_timeout`` was computed and never used, so streams got the unary ``timeout`` as their read
+        # timeout and a quiet long-running task (no event for ``timeout`` seconds) broke its stream.
         if binding == "JSONRPC":
-            return JSONRPCTransport(interface.url, self._http, tenant=interface.tenant)
+            return JSONRPCTransport(
+                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout
+            )
         if binding == "HTTP+JSON":
-            return RESTTransport(interface.url, self._http, tenant=interface.tenant)
+            return RESTTransport(
+                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout
+            )
         if binding == "GRPC" and _grpc_available():
             module = importlib.import_module("relaykit.client._grpc")
-            transport: ClientTransport = module.GrpcTransport(interface.url, tenant=interface.tenant)
+            transport: ClientTransport = module.GrpcTransport(
+                interface.url,
+                tenant=interface.tenant,
+                timeout=self._timeout,
+                stream_timeout=self._stream_timeout.read,
+            )
             return transport
         raise ValueError(f"unsupported binding {binding}")
 
@@ -252,8 +264,12 @@ class Client:
         self, op: Operation, request: A2AModel, last_event_id: str | None
     ) -> AsyncIterator[StreamEvent]:
         headers = await self._headers(op.name)
-        async for item in self.transport.stream(op, request, headers=headers, last_event_id=last_event_id):
-            yield item
+        stream = self.transport.stream(op, request, headers=headers, last_event_id=last_event_id)
+        try:
+            async for item in stream:
+                yield item
+        finally:
+            await _aclose(stream)  # close the transport's stream with this one, not at garbage collection
 
     @staticmethod
     def _message(message: Message | str | Part | list[Part], task_id: str | None, context_id: str | None) -> Message:
@@ -304,14 +320,26 @@ class Client:
     ) -> AsyncIterator[Event]:
         """SendStreamingMessage: every event once, in order, across reconnections, until terminal/interrupted."""
         request = SendMessageRequest(message=self._message(message, task_id, context_id), metadata=metadata)
-        async for event in self._resilient(self._stream("SendStreamingMessage", request), stop_at_interrupt=True):
-            yield event
+        events = self._resilient(
+            self._stream("SendStreamingMessage", request),
+            stop_at_interrupt=True,
+            continuing=bool(request.message.task_id),
+        )
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await _aclose(events)
 
     async def subscribe(self, task_id: str) -> AsyncIterator[Event]:
         """SubscribeToTask: the task snapshot first, then every event until the task is terminal."""
         source = self._stream("SubscribeToTask", SubscribeToTaskRequest(id=task_id))
-        async for event in self._resilient(source, stop_at_interrupt=False, task_id=task_id):
-            yield event
+        events = self._resilient(source, stop_at_interrupt=False, task_id=task_id)
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await _aclose(events)
 
     async def get_task(self, task_id: str, *, history_length: int | None = None) -> Task:
         """GetTask."""
@@ -326,9 +354,10 @@ class Client:
         page_size: int | None = None,
         history_length: int | None = None,
         include_artifacts: bool | None = None,
+        page_token: str = "",
     ) -> AsyncIterator[ListTasksResponse]:
-        """ListTasks, one page at a time, following ``nextPageToken`` to the end."""
-        token = ""
+        """ListTasks, one page at a time, following ``nextPageToken`` to the end (from ``page_token``, if given)."""
+        token = page_token
         while True:
             request = ListTasksRequest(
                 context_id=context_id,
@@ -437,20 +466,33 @@ class Client:
     # --- resilient streams -------------------------------------------------------------------------------
 
     async def _resilient(
-        self, source: AsyncIterator[StreamEvent], *, stop_at_interrupt: bool, task_id: str | None = None
+        self,
+        source: AsyncIterator[StreamEvent],
+        *,
+        stop_at_interrupt: bool,
+        task_id: str | None = None,
+        continuing: bool = False,
     ) -> AsyncIterator[Event]:
-        view = _StreamView(task_id)
+        # A subscription (task_id given) starts with a snapshot taken while the server already taps live events.
+        view = _StreamView(task_id, continuing=continuing, subscription=task_id is not None)
         attempts = 0
         while True:
             try:
-                async for event_id, response in source:
-                    if event_id:
-                        view.last_event_id = event_id
-                    attempts = 0
-                    for event in view.accept(response):
-                        yield event
-                    if view.finished(stop_at_interrupt):
-                        return
+                try:
+                    async for event_id, response in source:
+                        if event_id:
+                            view.last_event_id = event_id
+                        attempts = 0
+                        for event in view.accept(response, event_id):
+                            yield event
+                        if view.finished(stop_at_interrupt):
+                            return
+                finally:
+                    # Bug fix: a stream left suspended here (the task finished, the caller stopped early) was only
+                    # closed by the garbage collector, which finalises the nested generators (this source, the
+                    # transport's, httpx's) in no particular order: "aclose(): asynchronous generator is already
+                    # running" errors and connections held open. Close it now, in order.
+                    await _aclose(source)
                 if view.task_id is None or view.finished(stop_at_interrupt):
                     return
                 # The stream closed before the task was final (proxy idle timeout, server restart): resume.
@@ -459,7 +501,7 @@ class Client:
                 # Resubscribing to a task that ended meanwhile: fetch its final state instead.
                 if view.task_id is None or attempts == 0:
                     raise
-                for event in view.accept(StreamResponse(task=await self.get_task(view.task_id))):
+                for event in view.accept(StreamResponse(task=await self.get_task(view.task_id)), None):
                     yield event
                 return
             except A2AError as exc:
@@ -474,16 +516,38 @@ class Client:
                     attempts=self.resume.attempts,
                 ) from failure
             await asyncio.sleep(self.resume.delay(attempts))
+            view.interrupted()
             source = self._stream(
                 "SubscribeToTask", SubscribeToTaskRequest(id=view.task_id), last_event_id=view.last_event_id
             )
 
 
-class _StreamView:
-    """What the application has seen of one task's stream, to resume it without gaps or repeats."""
+async def _aclose(source: AsyncIterator[Any]) -> None:
+    aclose = getattr(source, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
-    def __init__(self, task_id: str | None) -> None:
+
+class _StreamView:
+    """What the application has seen of one task's stream, to resume it without gaps or repeats.
+
+    Servers that number their events (``id:``, relaykit) resume exactly after ``Last-Event-ID``, and a snapshot they
+    send is consistent with the events after it. Servers that do not (a2a-sdk 1.3.0) answer a resubscription with
+    the Task snapshot and then their live events, and the two can overlap: the live tap starts before the snapshot
+    is read, so the events in between are both in the snapshot and repeated after it. After such an unnumbered
+    snapshot the view holds back the artifact chunks that could be those repeats (they extend the snapshot's new
+    parts exactly up to its end) and drops them once that is certain; the first chunk that cannot be a repeat
+    releases what was held. Chunks whose content repeats the snapshot's tail (all chunks alike) stay ambiguous.
+    """
+
+    def __init__(self, task_id: str | None, *, continuing: bool = False, subscription: bool = False) -> None:
         self.task_id = task_id
+        self.subscription = subscription
+        # Bug fix: a stream that answers an interrupted task starts with the task's snapshot, still INPUT_REQUIRED
+        # (the state the previous turn ended in). That state used to end the stream at its first event, so the
+        # answer's events never reached the application. It is stale until the task reports a new status.
+        self.continuing = continuing
+        self.stale_interrupt = False
         self.context_id = ""
         self.last_event_id: str | None = None
         self.state: TaskState | None = None
@@ -491,34 +555,97 @@ class _StreamView:
         self.seen_messages: set[str] = set()
         self.parts_seen: dict[str, int] = {}
         self.started = False
+        # Overlap after an unnumbered snapshot: the artifact, the parts the snapshot added (the window), the chunks
+        # held back, how many parts they hold, and the window offsets they could still start at.
+        self._window_artifact: str | None = None
+        self._window: list[Part] = []
+        self._held: list[TaskArtifactUpdateEvent] = []
+        self._held_parts = 0
+        self._starts: list[int] = []
+        self._overlap = False
 
     def finished(self, stop_at_interrupt: bool) -> bool:
         if self.message_done:
             return True
         if self.state is None:
             return False
-        return self.state in _TERMINAL or (stop_at_interrupt and self.state in _INTERRUPTED)
+        if self.state in _TERMINAL:
+            return True
+        return stop_at_interrupt and self.state in _INTERRUPTED and not self.stale_interrupt
 
-    def accept(self, response: StreamResponse) -> list[Event]:
+    def interrupted(self) -> None:
+        """The connection broke: what was held back is not shown (the next snapshot or replay covers it)."""
+        self._close_overlap(release=False)
+
+    def accept(self, response: StreamResponse, event_id: str | None = None) -> list[Event]:
         event = response.payload
+        if isinstance(event, Task):
+            self._close_overlap(release=False)
+            return self._snapshot(event, numbered=event_id is not None)
+        out: list[Event] = []
+        if self._overlap:
+            if self._maybe_repeat(event):
+                return []
+            out.extend(self._close_overlap(release=True))
         if isinstance(event, Message):
             if event.message_id in self.seen_messages:
-                return []
+                return out
             self.seen_messages.add(event.message_id)
             if self.task_id is None:
                 self.message_done = True
-            return [event]
-        if isinstance(event, Task):
-            return self._snapshot(event)
+            return [*out, event]
         if isinstance(event, TaskArtifactUpdateEvent):
-            return self._artifact(event)
+            return [*out, *self._artifact(event)]
         self.state = event.status.state
+        self.stale_interrupt = False
         message = event.status.message
         if message is not None:
             if message.message_id in self.seen_messages:
-                return []  # the same status again (a replay)
+                return out  # the same status again (a replay)
             self.seen_messages.add(message.message_id)
-        return [event]
+        return [*out, event]
+
+    def _maybe_repeat(self, event: Event) -> bool:
+        """In the overlap after an unnumbered snapshot: hold/drop ``event`` if it may repeat the snapshot."""
+        if isinstance(event, TaskStatusUpdateEvent):
+            message = event.status.message
+            # The snapshot's own status again (no new message): a repeat, and harmless to drop even if not.
+            return event.status.state is self.state and (message is None or message.message_id in self.seen_messages)
+        if not (
+            isinstance(event, TaskArtifactUpdateEvent)
+            and event.append
+            and event.artifact.artifact_id == self._window_artifact
+        ):
+            return False
+        parts = event.artifact.parts
+        start, end = self._held_parts, self._held_parts + len(parts)
+        starts = [
+            p for p in self._starts if p + end <= len(self._window) and self._window[p + start : p + end] == parts
+        ]
+        if not starts:
+            return False
+        self._held.append(event)
+        self._held_parts = end
+        self._starts = starts
+        if any(p + end == len(self._window) for p in starts):
+            # The held chunks end exactly where the snapshot ends: they are the overlap. Drop them.
+            self._close_overlap(release=False)
+        return True
+
+    def _close_overlap(self, *, release: bool) -> list[Event]:
+        held = self._held
+        self._overlap = False
+        self._window_artifact = None
+        self._window = []
+        self._held = []
+        self._held_parts = 0
+        self._starts = []
+        if not release:
+            return []
+        out: list[Event] = []
+        for event in held:
+            out.extend(self._artifact(event))
+        return out
 
     def _artifact(self, event: TaskArtifactUpdateEvent) -> list[Event]:
         key = event.artifact.artifact_id
@@ -529,42 +656,58 @@ class _StreamView:
             self.parts_seen[key] = count
         return [event]
 
-    def _snapshot(self, task: Task) -> list[Event]:
+    def _snapshot(self, task: Task, *, numbered: bool) -> list[Event]:
         self.task_id = task.id
         self.context_id = task.context_id
+        added: dict[str, list[Part]] = {}
+        # Only a SubscribeToTask answer (a subscription's first event, or any resume) can overlap what follows it; the
+        # first Task of SendStreamingMessage is the execution's own first event.
+        overlap_possible = not numbered and (self.started or self.subscription)
         if not self.started:
             # The first Task of a stream is shown as it is.
             self.started = True
             self.state = task.status.state
+            self.stale_interrupt = self.continuing and self.state in _INTERRUPTED
             for artifact in task.artifacts:
                 self.parts_seen[artifact.artifact_id] = len(artifact.parts)
+                added[artifact.artifact_id] = list(artifact.parts)
             for message in task.history:
                 self.seen_messages.add(message.message_id)
-            return [task]
-        # A snapshot on resume: turn it into exactly what the application has not seen yet.
-        out: list[Event] = []
-        for artifact in task.artifacts:
-            seen = self.parts_seen.get(artifact.artifact_id, 0)
-            if len(artifact.parts) > seen:
-                missing = artifact.model_copy(update={"parts": artifact.parts[seen:]})
+            out: list[Event] = [task]
+        else:
+            # A snapshot on resume: turn it into exactly what the application has not seen yet.
+            out = []
+            for artifact in task.artifacts:
+                seen = self.parts_seen.get(artifact.artifact_id, 0)
+                if len(artifact.parts) > seen:
+                    missing = artifact.model_copy(update={"parts": artifact.parts[seen:]})
+                    out.append(
+                        TaskArtifactUpdateEvent(
+                            task_id=task.id, context_id=task.context_id, artifact=missing, append=seen > 0
+                        )
+                    )
+                    self.parts_seen[artifact.artifact_id] = len(artifact.parts)
+                    added[artifact.artifact_id] = list(artifact.parts[seen:])
+            status = task.status
+            if status.state is not self.state or (
+                status.message is not None and status.message.message_id not in self.seen_messages
+            ):
+                if status.message is not None:
+                    self.seen_messages.add(status.message.message_id)
+                self.state = status.state
+                self.stale_interrupt = False
                 out.append(
-                    TaskArtifactUpdateEvent(
-                        task_id=task.id, context_id=task.context_id, artifact=missing, append=seen > 0
+                    TaskStatusUpdateEvent(
+                        task_id=task.id, context_id=task.context_id, status=TaskStatus.model_validate(status)
                     )
                 )
-                self.parts_seen[artifact.artifact_id] = len(artifact.parts)
-        status = task.status
-        if status.state is not self.state or (
-            status.message is not None and status.message.message_id not in self.seen_messages
-        ):
-            if status.message is not None:
-                self.seen_messages.add(status.message.message_id)
-            self.state = status.state
-            out.append(
-                TaskStatusUpdateEvent(
-                    task_id=task.id, context_id=task.context_id, status=TaskStatus.model_validate(status)
-                )
-            )
+        if overlap_possible:
+            self._overlap = True
+            if len(added) == 1:
+                # One artifact grew: the chunks right after this snapshot may repeat its new parts.
+                self._window_artifact, window = next(iter(added.items()))
+                self._window = window
+                self._starts = list(range(len(window)))
         return out
 
 

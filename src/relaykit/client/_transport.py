@@ -7,7 +7,8 @@ into ``A2AConnectionError`` / ``A2ATimeoutError``; 502/503/504 answers become ``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import quote
 
@@ -20,6 +21,9 @@ from relaykit._errors import (
     A2AError,
     A2ATimeoutError,
     InvalidAgentResponseError,
+    InvalidRequestError,
+    MethodNotFoundError,
+    PayloadTooLargeError,
     ServiceUnavailableError,
     error_from_jsonrpc,
     error_from_status,
@@ -68,14 +72,32 @@ def _transport_error(exc: Exception, url: str) -> A2AError:
     return A2AConnectionError(f"cannot reach {url}: {exc or type(exc).__name__}")
 
 
-def _retryable(status: int, message: str) -> ServiceUnavailableError:
-    err = ServiceUnavailableError(message)
+def _retryable(status: int, message: str, body: bytes = b"", *, jsonrpc: bool = False) -> ServiceUnavailableError:
+    """A 502/503/504 answer as a retryable ``ServiceUnavailableError``.
+
+    When the body is the server's own A2A error (a relaykit or SDK server answering 503 UNAVAILABLE while it drains,
+    say), its message and details are kept; a proxy's HTML page or an empty body gives the generic message.
+    """
+    err: A2AError | None = None
+    if body:
+        try:
+            decoded = pydantic_core.from_json(body)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict) and isinstance(decoded.get("error"), dict):
+            err = error_from_jsonrpc(decoded["error"]) if jsonrpc else error_from_status(status, decoded)
+    if not isinstance(err, ServiceUnavailableError):
+        err = ServiceUnavailableError(message)
     err.retryable = True  # type: ignore[attr-defined]
     return err
 
 
-async def _sse_events(response: httpx.Response) -> AsyncIterator[tuple[str | None, str | None, str]]:
-    """Parse ``text/event-stream``: (id, event name, data) per event; comments and keep-alives skipped."""
+async def _sse_events(response: httpx.Response) -> AsyncGenerator[tuple[str | None, str | None, str], None]:
+    """Parse ``text/event-stream``: (id, event name, data) per event; comments and keep-alives skipped.
+
+    An event is dispatched only at its terminating blank line: a connection cut in the middle of a frame must not
+    hand a truncated ``data:`` line to the decoder (the stream is resumed from the last complete event instead).
+    """
     event_id: str | None = None
     name: str | None = None
     data: list[str] = []
@@ -95,18 +117,66 @@ async def _sse_events(response: httpx.Response) -> AsyncIterator[tuple[str | Non
             event_id = value
         elif field == "event":
             name = value
-    if data:
-        yield event_id, name, "\n".join(data)
+    # Bug fix: the incomplete event left at the end of the stream used to be dispatched. The SSE standard discards
+    # it ("if the file ends in the middle of an event … the incomplete event is not dispatched"); dispatching it
+    # handed half a JSON frame to the decoder (a raw ValueError) when a proxy cut the stream mid-frame.
+
+
+def _frame_json(data: str) -> Any:
+    """One SSE ``data`` payload as JSON (an object), or ``InvalidAgentResponseError``."""
+    try:
+        value = pydantic_core.from_json(data)
+    except ValueError:
+        raise InvalidAgentResponseError(f"malformed stream event (not JSON): {data[:200]!r}") from None
+    if not isinstance(value, dict):
+        raise InvalidAgentResponseError(f"malformed stream event (not a JSON object): {data[:200]!r}")
+    return value
+
+
+def _rest_error(status: int, payload: Any, url: str) -> A2AError:
+    """A REST error answer as its class. A 404 without a google.rpc.Status body did not come from an A2A handler
+    (A2A errors MUST carry an ErrorInfo on REST): it means no such route, so MethodNotFoundError (as a2a-sdk maps
+    it), not TaskNotFoundError."""
+    has_status = isinstance(payload, dict) and isinstance(payload.get("error"), dict)
+    if status == 404 and not has_status:
+        return MethodNotFoundError(f"{url} answered 404 without an A2A error: no such operation at this URL")
+    return error_from_status(status, payload)
+
+
+def _jsonrpc_error(status: int, envelope: Any) -> A2AError:
+    """The error a JSON-RPC answer carries: its ``error`` member, else what its HTTP status says."""
+    if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict):
+        err = error_from_jsonrpc(envelope["error"])
+        # The JSON-RPC code of an oversize body is the generic -32600; the 413 status tells the specific class.
+        if status == 413 and type(err) is InvalidRequestError:
+            oversize = PayloadTooLargeError(err.message, metadata=err.metadata)
+            oversize.details = err.details
+            return oversize
+        return err
+    return error_from_status(status, envelope)
 
 
 class _HTTPTransport:
     binding = ""
 
-    def __init__(self, url: str, client: httpx.AsyncClient, *, tenant: str = "", owns_client: bool = False) -> None:
+    def __init__(
+        self,
+        url: str,
+        client: httpx.AsyncClient,
+        *,
+        tenant: str = "",
+        owns_client: bool = False,
+        stream_timeout: httpx.Timeout | None = None,
+    ) -> None:
         self.url = url
         self.client = client
         self.tenant = tenant
         self.owns_client = owns_client
+        # Streams of long-running tasks can be quiet for longer than a unary call may take: they get their own
+        # timeout (the client's ``stream_timeout``), the HTTP client's default otherwise.
+        self.stream_timeout: httpx.Timeout | Any = (
+            stream_timeout if stream_timeout is not None else httpx.USE_CLIENT_DEFAULT
+        )
 
     async def aclose(self) -> None:
         if self.owns_client:
@@ -148,15 +218,18 @@ class JSONRPCTransport(_HTTPTransport):
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.url) from None
         if response.status_code in _RETRYABLE_STATUS:
-            raise _retryable(response.status_code, f"{self.url} answered HTTP {response.status_code}")
+            message = f"{self.url} answered HTTP {response.status_code}"
+            raise _retryable(response.status_code, message, response.content, jsonrpc=True)
         try:
             envelope = pydantic_core.from_json(response.content)
         except ValueError:
             raise error_from_status(response.status_code, None) from None
         if not isinstance(envelope, dict):
             raise InvalidAgentResponseError("the agent's JSON-RPC response is not an object")
-        if "error" in envelope and isinstance(envelope["error"], dict):
-            raise error_from_jsonrpc(envelope["error"])
+        # An HTTP error status without a JSON-RPC error (an auth middleware's 401 with its own JSON, say) used to be
+        # decoded as a missing result: InvalidAgentResponseError. The status says what happened.
+        if isinstance(envelope.get("error"), dict) or response.status_code >= 400:
+            raise _jsonrpc_error(response.status_code, envelope)
         return _decode(op, envelope.get("result"))
 
     async def stream(
@@ -166,9 +239,12 @@ class JSONRPCTransport(_HTTPTransport):
         if last_event_id is not None:
             extra["Last-Event-ID"] = last_event_id
         try:
-            async with self.client.stream("POST", self.url, content=self._body(op, request), headers=extra) as response:
+            async with self.client.stream(
+                "POST", self.url, content=self._body(op, request), headers=extra, timeout=self.stream_timeout
+            ) as response:
                 if response.status_code in _RETRYABLE_STATUS:
-                    raise _retryable(response.status_code, f"{self.url} answered HTTP {response.status_code}")
+                    message = f"{self.url} answered HTTP {response.status_code}"
+                    raise _retryable(response.status_code, message, await response.aread(), jsonrpc=True)
                 if not response.headers.get("content-type", "").startswith("text/event-stream"):
                     # An error before the first event is an ordinary JSON-RPC response.
                     body = await response.aread()
@@ -176,14 +252,17 @@ class JSONRPCTransport(_HTTPTransport):
                         envelope = pydantic_core.from_json(body)
                     except ValueError:
                         raise error_from_status(response.status_code, None) from None
-                    if isinstance(envelope, dict) and isinstance(envelope.get("error"), dict):
-                        raise error_from_jsonrpc(envelope["error"])
+                    if isinstance(envelope, dict) and (
+                        isinstance(envelope.get("error"), dict) or response.status_code >= 400
+                    ):
+                        raise _jsonrpc_error(response.status_code, envelope)
                     raise InvalidAgentResponseError("the agent answered a stream request without a stream")
-                async for event_id, _name, data in _sse_events(response):
-                    envelope = pydantic_core.from_json(data)
-                    if isinstance(envelope.get("error"), dict):
-                        raise error_from_jsonrpc(envelope["error"])
-                    yield event_id, _decode_stream(envelope.get("result"))
+                async with contextlib.aclosing(_sse_events(response)) as events:
+                    async for event_id, _name, data in events:
+                        envelope = _frame_json(data)
+                        if isinstance(envelope.get("error"), dict):
+                            raise error_from_jsonrpc(envelope["error"])
+                        yield event_id, _decode_stream(envelope.get("result"))
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.url) from None
 
@@ -226,13 +305,13 @@ class RESTTransport(_HTTPTransport):
         except httpx.HTTPError as exc:
             raise _transport_error(exc, url) from None
         if response.status_code in _RETRYABLE_STATUS:
-            raise _retryable(response.status_code, f"{url} answered HTTP {response.status_code}")
+            raise _retryable(response.status_code, f"{url} answered HTTP {response.status_code}", response.content)
         try:
             payload = pydantic_core.from_json(response.content) if response.content else {}
         except ValueError:
             payload = None
         if response.status_code >= 400:
-            raise error_from_status(response.status_code, payload)
+            raise _rest_error(response.status_code, payload, url)
         return _decode(op, payload)
 
     async def stream(
@@ -245,9 +324,12 @@ class RESTTransport(_HTTPTransport):
         if last_event_id is not None:
             extra["Last-Event-ID"] = last_event_id
         try:
-            async with self.client.stream(method, url, content=body, params=params or None, headers=extra) as response:
+            async with self.client.stream(
+                method, url, content=body, params=params or None, headers=extra, timeout=self.stream_timeout
+            ) as response:
                 if response.status_code in _RETRYABLE_STATUS:
-                    raise _retryable(response.status_code, f"{url} answered HTTP {response.status_code}")
+                    message = f"{url} answered HTTP {response.status_code}"
+                    raise _retryable(response.status_code, message, await response.aread())
                 if response.status_code >= 400 or not response.headers.get("content-type", "").startswith(
                     "text/event-stream"
                 ):
@@ -256,12 +338,18 @@ class RESTTransport(_HTTPTransport):
                         payload = pydantic_core.from_json(raw) if raw else None
                     except ValueError:
                         payload = None
-                    raise error_from_status(response.status_code if response.status_code >= 400 else 500, payload)
-                async for event_id, name, data in _sse_events(response):
-                    payload = pydantic_core.from_json(data)
-                    if name == "error" or (isinstance(payload, dict) and isinstance(payload.get("error"), dict)):
-                        raise error_from_status(int(payload.get("error", {}).get("code", 500)), payload)
-                    yield event_id, _decode_stream(payload)
+                    has_error = isinstance(payload, dict) and isinstance(payload.get("error"), dict)
+                    if response.status_code < 400 and not has_error:
+                        raise InvalidAgentResponseError("the agent answered a stream request without a stream")
+                    raise _rest_error(response.status_code if response.status_code >= 400 else 500, payload, url)
+                async with contextlib.aclosing(_sse_events(response)) as events:
+                    async for event_id, name, data in events:
+                        payload = _frame_json(data)
+                        if name == "error" or isinstance(payload.get("error"), dict):
+                            error = payload.get("error")
+                            code = error.get("code") if isinstance(error, dict) else None
+                            raise error_from_status(code if isinstance(code, int) else 500, payload)
+                        yield event_id, _decode_stream(payload)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, url) from None
 

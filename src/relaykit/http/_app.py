@@ -13,13 +13,13 @@ import contextlib
 import hashlib
 import inspect
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import formatdate
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from relaykit._card import (
     GRPC,
@@ -31,12 +31,16 @@ from relaykit._card import (
     AgentInterface,
     AgentSkill,
 )
-from relaykit.backends._base import PushConfigStore, TaskStore
+from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import LocalEventBus
 from relaykit.backends._url import open_push_store, open_store
 from relaykit.http._asgi import Receive, Scope, Send, header, send_bytes
 from relaykit.http._jsonrpc import JSONRPCBinding
 from relaykit.http._rest import RESTBinding
+from relaykit.push._outbox import open_outbox
+from relaykit.push._sender import DeliveryPolicy, PushEvents, PushSender
+from relaykit.push._signing import PushSigner
+from relaykit.push._status import STATUS_PATH, JWKSEndpoint, PushStatusEndpoint
 from relaykit.server._agent import FunctionAgent
 from relaykit.server._engine import TaskEngine
 from relaykit.server._executor import AgentExecutor
@@ -45,6 +49,7 @@ from relaykit.server._handler import ExtendedCardProvider, RequestHandler
 __all__ = ["A2AServer", "build_card", "create_app"]
 
 CARD_PATH = "/.well-known/agent-card.json"
+JWKS_PATH = "/.well-known/jwks.json"
 
 
 def build_card(
@@ -126,6 +131,8 @@ class A2AServer:
         self._purger: asyncio.Task[None] | None = None
         # Webhook targets opened past the SSRF guard (--push-allow), read by push delivery.
         self.push_allow: tuple[str, ...] = ()
+        # Push delivery (None when push is off): started after the stores, stopped after the engine drained.
+        self.push_sender: PushSender | None = None
 
     async def start(self) -> None:
         """Open stores and recover orphans (idempotent)."""
@@ -136,6 +143,8 @@ class A2AServer:
                 return
             await self.engine.start()
             await self.handler.push_store.start()
+            if self.push_sender is not None:
+                await self.push_sender.start()
             if self.retention:
                 self._purger = asyncio.create_task(self._purge_loop(self.retention), name="relaykit-retention")
             self.started = True
@@ -162,6 +171,9 @@ class A2AServer:
             self._purger.cancel()
             self._purger = None
         await self.engine.shutdown(self.grace)
+        if self.push_sender is not None:
+            # After the engine: the notifications of its last events (e.g. "server shutdown") are queued by now.
+            await self.push_sender.stop(drain=min(self.grace, 2.0))
         await self.handler.push_store.close()
         self.started = False
 
@@ -235,6 +247,11 @@ def create_app(
     retention: float | None = None,
     namespace: str = "relaykit",
     push_allow: tuple[str, ...] = (),
+    push_events: PushEvents = "all",
+    push_policy: DeliveryPolicy | None = None,
+    push_signing_key: Any = None,
+    push_key_id: str | Sequence[str | None] | None = None,
+    push_outbox: PushOutbox | None = None,
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root).
 
@@ -244,10 +261,33 @@ def create_app(
     ... async def echo(context):
     ...     return context.text
     >>> app = create_app(echo)   # uvicorn module:app, or mount it in FastAPI
+
+    Push notifications (``push=True``, the default): every task event (``push_events="all"``) or only state
+    changes (``"state"``) is queued in the outbox (``push_outbox``; default: in the SQLite file of ``store``, or
+    memory) and delivered to each of the task's push configs by ``relaykit.push.PushSender`` under
+    ``push_policy``. Webhook URLs pass the SSRF guard unless ``push_allow`` names their host or network.
+    ``push_signing_key`` (an EC/RSA private key PEM or object, or several, oldest first) signs each delivery
+    (``X-A2A-Signature``) and publishes ``/.well-known/jwks.json``; ``push_key_id`` names the key(s).
+    ``GET /relaykit/push/status/{taskId}`` reports delivery health (``relaykit push status``).
     """
     task_store = open_store(store, namespace=namespace) if isinstance(store, str) else store
     if push_store is None:
         push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
+    sender: PushSender | None = None
+    signer: PushSigner | None = None
+    if push:
+        if push_signing_key is not None:
+            signer = PushSigner(push_signing_key, key_ids=push_key_id, issuer=public_url)
+        sender = PushSender(
+            push_store,
+            push_outbox if push_outbox is not None else open_outbox(task_store),
+            policy=push_policy,
+            events=push_events,
+            allow=tuple(push_allow),
+            signer=signer,
+        )
+        # Config writes go through the sender's cache, so the engine hook never reads the store per event.
+        push_store = sender.configs
     engine = TaskEngine(
         executor,
         store=task_store,
@@ -258,6 +298,8 @@ def create_app(
         max_queued=max_queued,
         max_subscribers=max_subscribers,
     )
+    if sender is not None:
+        sender.bind(engine)  # hooks engine.on_event once a push config may exist
     served = build_card(
         executor,
         card,
@@ -270,12 +312,21 @@ def create_app(
     handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card)
     server = A2AServer(engine, handler, grace=grace, retention=retention)
     server.push_allow = push_allow
+    server.push_sender = sender
+    if sender is not None:
+        handler.push_url_check = sender.check_config
     jsonrpc = server.guard(JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive))
     rest = server.guard(RESTBinding(handler, max_body=max_body, keepalive=keepalive))
-    routes = [
+    routes: list[BaseRoute] = [
         Route(CARD_PATH, _CardEndpoint(served), methods=["GET", "HEAD"]),
         Route("/healthz", _Endpoint(server.healthz), methods=["GET", "HEAD"]),
         Route("/readyz", _Endpoint(server.readyz), methods=["GET", "HEAD"]),
+    ]
+    if signer is not None:
+        routes.append(Route(JWKS_PATH, JWKSEndpoint(signer), methods=["GET", "HEAD"]))
+    if sender is not None:
+        routes.append(Route(STATUS_PATH, server.guard(PushStatusEndpoint(sender, engine)), methods=["GET"]))
+    routes += [
         Route("/", jsonrpc, methods=["POST"]),
         Mount("", app=rest),
     ]

@@ -76,6 +76,9 @@ class RequestHandler:
         self.card = card
         self.push_store: PushConfigStore = push_store if push_store is not None else MemoryPushConfigStore()
         self.extended_card = extended_card
+        # Webhook URL check (the push SSRF guard), awaited as check(url, field) before a config is stored;
+        # raises InvalidParamsError. Set by create_app when push is on.
+        self.push_url_check: Callable[[str, str], Awaitable[None]] | None = None
         caps = card.capabilities
         self.streaming = bool(caps.streaming)
         self.push = bool(caps.push_notifications)
@@ -105,13 +108,20 @@ class RequestHandler:
         if not self.push:
             raise PushNotificationNotSupportedError()
 
+    async def _check_inline_push(self, request: SendMessageRequest) -> None:
+        config = request.configuration.task_push_notification_config if request.configuration else None
+        if config is None:
+            return
+        self._require_push()
+        if self.push_url_check is not None:
+            await self.push_url_check(config.url, "configuration.taskPushNotificationConfig.url")
+
     # --- messages ----------------------------------------------------------------------------------------
 
     async def send_message(self, request: SendMessageRequest, call: CallContext) -> SendMessageResponse | Encoded:
         """SendMessage."""
         config = request.configuration
-        if config is not None and config.task_push_notification_config is not None:
-            self._require_push()
+        await self._check_inline_push(request)
         result = await self.engine.send_raw(request, call)
         if isinstance(result, Message):
             return SendMessageResponse(message=result)
@@ -126,6 +136,7 @@ class RequestHandler:
     async def send_streaming_message(self, request: SendMessageRequest, call: CallContext) -> AsyncIterator[StreamItem]:
         """SendStreamingMessage: (seq, event, encoded StreamResponse) items."""
         self._require_streaming()
+        await self._check_inline_push(request)
         items = self.engine.stream(request, call)
         if request.configuration is not None and request.configuration.task_push_notification_config is not None:
             return self._bind_push_on_first(request, items, call)
@@ -143,8 +154,8 @@ class RequestHandler:
 
     async def _bind_inline_push(self, request: SendMessageRequest, task: Task, call: CallContext) -> None:
         config = request.configuration.task_push_notification_config if request.configuration else None
-        if config is None:
-            return
+        if config is None or config.task_id == task.id:
+            return  # none, or already bound when the task was created (the push sender's engine hook)
         self._require_push()
         bound = config.model_copy(update={"task_id": task.id, "id": config.id or new_id()})
         await self.push_store.put(bound, owner=call.user)
@@ -210,6 +221,8 @@ class RequestHandler:
         await self._visible_task(request.task_id, tenant, call)
         if not request.url:
             raise InvalidParamsError("url is required", field_violations=[("url", "required")])
+        if self.push_url_check is not None:
+            await self.push_url_check(request.url, "url")
         config = request.model_copy(update={"id": request.id or new_id(), "tenant": tenant})
         await self.push_store.put(config, owner=call.user)
         return config

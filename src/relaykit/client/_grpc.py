@@ -1,0 +1,216 @@
+"""The gRPC client transport: ``lf.a2a.v1.A2AService`` over ``grpc.aio``, for interfaces with binding ``GRPC``.
+
+The interface URL is a bare ``host:port`` (``grpc://host:port`` is accepted too; ``grpcs://`` uses TLS with the
+system roots). Every call sends ``a2a-version: 1.0`` and the client's headers as metadata (names lower-cased).
+Errors come back as the core error classes, read from the ``google.rpc.Status`` in ``grpc-status-details-bin``
+(``ErrorInfo.reason`` first, the status code otherwise); ``UNAVAILABLE`` without details is a connection error and
+``DEADLINE_EXCEEDED`` a timeout, both retryable by the client's policy.
+
+Event ids: a relaykit server (and any server following the same convention) sends ``a2a-first-event-id`` in a
+stream's initial metadata; message *k* then has id first + *k*, and a resumed SubscribeToTask sends
+``last-event-id``. Without that metadata (e.g. an a2a-sdk server) events carry no id and a resume starts from the
+Task snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from google.rpc import error_details_pb2, status_pb2
+from pydantic import ValidationError
+
+from relaykit._errors import (
+    BAD_REQUEST_TYPE,
+    ERROR_INFO_TYPE,
+    A2AConnectionError,
+    A2AError,
+    A2ATimeoutError,
+    InvalidAgentResponseError,
+    ServiceUnavailableError,
+    error_from_grpc,
+)
+from relaykit._methods import OPERATIONS, Operation
+from relaykit._model import A2AModel
+from relaykit._types import StreamResponse
+from relaykit.client._transport import A2A_VERSION, StreamEvent
+from relaykit.grpc._convert import decoder, encoder
+from relaykit.grpc._server import FIRST_EVENT_ID, RESUME_FROM, SERVICE_NAME
+
+__all__ = ["GrpcTransport", "grpc_error"]
+
+_DETAILS_KEY = "grpc-status-details-bin"
+
+
+def _target(url: str) -> tuple[str, bool]:
+    for scheme, secure in (("grpcs://", True), ("grpc://", False), ("https://", True), ("http://", False)):
+        if url.startswith(scheme):
+            return url[len(scheme) :].rstrip("/"), secure
+    return url.rstrip("/"), False
+
+
+def _decode_details(status: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            out.append(
+                {
+                    "@type": ERROR_INFO_TYPE,
+                    "reason": info.reason,
+                    "domain": info.domain,
+                    "metadata": dict(info.metadata),
+                }
+            )
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations = [{"field": v.field, "description": v.description} for v in bad.field_violations]
+            out.append({"@type": BAD_REQUEST_TYPE, "fieldViolations": violations})
+        else:
+            try:
+                out.append(json_format.MessageToDict(detail))
+            except (json_format.Error, TypeError, KeyError):
+                out.append({"@type": detail.type_url})
+    return out
+
+
+def grpc_error(exc: grpc.aio.AioRpcError, target: str) -> A2AError:
+    """An ``A2AError`` for a failed call, from its status code, message and ``grpc-status-details-bin``."""
+    code = exc.code()
+    name = code.name if code is not None else "UNKNOWN"
+    message = exc.details() or ""
+    details: list[dict[str, Any]] | None = None
+    for key, value in exc.trailing_metadata() or ():
+        if key == _DETAILS_KEY and isinstance(value, bytes):
+            try:
+                details = _decode_details(status_pb2.Status.FromString(value))
+            except DecodeError:
+                details = None
+            break
+    if details is None:
+        if name == "UNAVAILABLE":
+            return A2AConnectionError(f"cannot reach {target}: {message or 'unavailable'}")
+        if name == "DEADLINE_EXCEEDED":
+            return A2ATimeoutError(f"{target} did not answer in time")
+    err = error_from_grpc(name, message, details)
+    if isinstance(err, ServiceUnavailableError):
+        err.retryable = True  # type: ignore[attr-defined]
+    return err
+
+
+class GrpcTransport:
+    """A2A over gRPC to one ``host:port``.
+
+    >>> # transport = GrpcTransport("localhost:50051")
+    >>> # async with Client(transport=transport) as client: ...
+    """
+
+    binding = "GRPC"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        tenant: str = "",
+        channel: grpc.aio.Channel | None = None,
+        timeout: float | None = 60.0,
+        stream_timeout: float | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: tuple[tuple[str, Any], ...] = (),
+    ) -> None:
+        self.url = url
+        self.tenant = tenant
+        self.target, secure = _target(url)
+        self.timeout = timeout
+        self.stream_timeout = stream_timeout
+        self._owns_channel = channel is None
+        if channel is None:
+            opts = (
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                *options,
+            )
+            if secure or credentials is not None:
+                channel = grpc.aio.secure_channel(
+                    self.target, credentials or grpc.ssl_channel_credentials(), options=opts
+                )
+            else:
+                channel = grpc.aio.insecure_channel(self.target, options=opts)
+        self.channel = channel
+        self._unary: dict[str, Any] = {}
+        self._streams: dict[str, Any] = {}
+        self._encoders: dict[str, Callable[[A2AModel], bytes]] = {}
+        self._decoders: dict[str, Callable[[bytes], Any]] = {}
+        for op in OPERATIONS:
+            path = f"/{SERVICE_NAME}/{op.grpc_name}"
+            if op.streaming:
+                self._streams[op.name] = channel.unary_stream(path)
+                self._decoders[op.name] = decoder(StreamResponse)
+            else:
+                self._unary[op.name] = channel.unary_unary(path)
+                if op.response is not None:
+                    self._decoders[op.name] = decoder(op.response)
+            self._encoders[op.name] = encoder(op.request)
+
+    async def aclose(self) -> None:
+        """Close the channel (when this transport made it)."""
+        if self._owns_channel:
+            await self.channel.close()
+
+    def _metadata(self, headers: Mapping[str, str]) -> list[tuple[str, str]]:
+        metadata = {"a2a-version": A2A_VERSION}
+        for key, value in headers.items():
+            metadata[key.lower()] = str(value)
+        return list(metadata.items())
+
+    def _request(self, op: Operation, request: A2AModel) -> bytes:
+        # Digest §5.14: the interface's tenant goes into every request.
+        if self.tenant and hasattr(request, "tenant") and not getattr(request, "tenant", ""):
+            request = request.model_copy(update={"tenant": self.tenant})
+        return self._encoders[op.name](request)
+
+    def _decode(self, op: Operation, data: bytes) -> Any:
+        try:
+            return self._decoders[op.name](data)
+        except (DecodeError, ValidationError) as exc:
+            raise InvalidAgentResponseError(f"the agent's {op.name} response is malformed: {exc}") from None
+
+    async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
+        """One unary rpc; returns the decoded response model (``None`` for Empty)."""
+        data = self._request(op, request)
+        try:
+            response = await self._unary[op.name](data, metadata=self._metadata(headers), timeout=self.timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise grpc_error(exc, self.target) from None
+        if op.response is None:
+            return None
+        return self._decode(op, response)
+
+    async def stream(
+        self, op: Operation, request: A2AModel, *, headers: Mapping[str, str], last_event_id: str | None = None
+    ) -> AsyncIterator[StreamEvent]:
+        """One server-streaming rpc: ``(event id or None, StreamResponse)`` until the server ends the call."""
+        metadata = self._metadata(headers)
+        if last_event_id is not None:
+            metadata.append((RESUME_FROM, last_event_id))
+        call = self._streams[op.name](self._request(op, request), metadata=metadata, timeout=self.stream_timeout)
+        try:
+            first: int | None = None
+            for key, value in await call.initial_metadata() or ():
+                if key == FIRST_EVENT_ID and isinstance(value, str) and value.isdigit():
+                    first = int(value)
+            index = 0
+            async for data in call:
+                event_id = str(first + index) if first is not None else None
+                index += 1
+                yield event_id, self._decode(op, data)
+        except grpc.aio.AioRpcError as exc:
+            raise grpc_error(exc, self.target) from None
+        finally:
+            if not call.done():
+                call.cancel()

@@ -1,0 +1,408 @@
+"""The gRPC binding: service ``lf.a2a.v1.A2AService`` on ``grpc.aio``, generated from the operation table.
+
+Every rpc decodes its request (protobuf ⇒ the pydantic model, validated exactly as the JSON bindings validate), calls
+the ``RequestHandler`` method the operation names, and encodes the result. Wire conventions:
+
+* **Metadata in**: ``a2a-version`` (required: missing or empty means 0.3, and anything but 1.x is
+  ``VersionNotSupportedError``, as on HTTP), ``a2a-extensions`` (comma-separated URIs; ``x-a2a-extensions`` too),
+  ``last-event-id`` (SubscribeToTask: resume after that event id, as SSE ``Last-Event-ID``).
+* **Metadata out**: streams send initial metadata ``a2a-first-event-id: N`` with the first message. The events of one
+  stream are consecutive numbers of the task's event sequence (the same ids SSE carries), so message *k* (from 0) has
+  id ``N + k``; the trailing metadata carries ``a2a-last-event-id`` (the id of the last message sent). Activated
+  extensions are echoed as ``a2a-extensions`` in the initial metadata.
+* **Errors**: the status code of the error table (digest §6.1/6.2) and a ``google.rpc.Status`` in the
+  ``grpc-status-details-bin`` trailer with an ``ErrorInfo`` (domain ``a2a-protocol.org``) and, for validation failures,
+  a ``BadRequest`` with one field violation per bad field. An error before a stream's first message ends the call
+  with no message; a later one ends it after the messages already sent.
+* A client that cancels a stream releases only its own subscription; the task runs on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import grpc
+from google.protobuf import any_pb2, json_format
+from google.protobuf.message import DecodeError
+from google.rpc import error_details_pb2, status_pb2
+from grpc_health.v1 import health, health_pb2
+from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection_pb2 as _reflection_pb2
+from grpc_status import rpc_status
+from pydantic import ValidationError
+
+from relaykit._errors import (
+    BAD_REQUEST_TYPE,
+    ERROR_INFO_TYPE,
+    GRPC_CODES,
+    A2AError,
+    InternalError,
+    InvalidParamsError,
+    VersionNotSupportedError,
+)
+from relaykit._methods import OPERATIONS, Operation
+from relaykit._model import Encoded
+from relaykit._types import SendMessageResponse
+from relaykit.grpc._convert import POOL, decoder, encode_event, encoder
+from relaykit.http._jsonrpc import invalid_params
+from relaykit.server._context import ANONYMOUS, CallContext
+from relaykit.server._handler import RequestHandler
+
+__all__ = [
+    "FIRST_EVENT_ID",
+    "LAST_EVENT_ID",
+    "RESUME_FROM",
+    "SERVICE_NAME",
+    "Authenticator",
+    "GrpcBinding",
+    "GrpcServer",
+    "error_status",
+]
+
+log = logging.getLogger("relaykit.grpc")
+
+SERVICE_NAME = "lf.a2a.v1.A2AService"
+SUPPORTED_VERSIONS = ("1.0",)
+FIRST_EVENT_ID = "a2a-first-event-id"  # initial metadata of a stream: the id of its first message
+LAST_EVENT_ID = "a2a-last-event-id"  # trailing metadata of a stream: the id of its last message
+RESUME_FROM = "last-event-id"  # request metadata of SubscribeToTask: resume after this event id
+
+# Who is calling, from the call's metadata: a principal name, or None for anonymous. Raise
+# AuthenticationRequiredError / PermissionDeniedError to refuse the call.
+Authenticator = Callable[[Mapping[str, str]], Awaitable[str | None]]
+
+
+def _pack(detail: dict[str, Any]) -> any_pb2.Any | None:
+    kind = detail.get("@type")
+    packed = any_pb2.Any()
+    if kind == ERROR_INFO_TYPE:
+        info = error_details_pb2.ErrorInfo(
+            reason=str(detail.get("reason", "")),
+            domain=str(detail.get("domain", "")),
+            metadata={str(k): str(v) for k, v in (detail.get("metadata") or {}).items()},
+        )
+        packed.Pack(info)
+        return packed
+    if kind == BAD_REQUEST_TYPE:
+        violations = [
+            error_details_pb2.BadRequest.FieldViolation(
+                field=str(v.get("field", "")), description=str(v.get("description", ""))
+            )
+            for v in detail.get("fieldViolations") or []
+            if isinstance(v, dict)
+        ]
+        packed.Pack(error_details_pb2.BadRequest(field_violations=violations))
+        return packed
+    try:
+        json_format.ParseDict(detail, packed)
+    except (json_format.ParseError, TypeError, KeyError):
+        return None  # a detail type this process does not know: leave it out rather than fail the error
+    return packed
+
+
+def error_status(exc: A2AError) -> grpc.Status:
+    """The gRPC status of an error: its code, its message, and the details in ``grpc-status-details-bin``."""
+    details = [d for d in (_pack(item) for item in exc.to_details()) if d is not None]
+    status = status_pb2.Status(code=GRPC_CODES.get(exc.grpc_status, 13), message=exc.message, details=details)
+    return rpc_status.to_status(status)
+
+
+def _check_version(value: str | None) -> None:
+    text = (value or "").strip()
+    if not text:
+        raise VersionNotSupportedError(
+            "missing a2a-version metadata: this server speaks A2A 1.0 only (send a2a-version: 1.0)",
+            requested="0.3",
+            supported="1.0",
+        )
+    if ".".join(text.split(".")[:2]) not in SUPPORTED_VERSIONS:
+        raise VersionNotSupportedError(
+            f"A2A version {text} is not supported; this server speaks 1.0", requested=text, supported="1.0"
+        )
+
+
+def _metadata(context: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in context.invocation_metadata() or ():
+        if isinstance(value, str) and key not in out:
+            out[key] = value
+    return out
+
+
+def _resume_point(metadata: Mapping[str, str]) -> int | None:
+    text = metadata.get(RESUME_FROM, "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise InvalidParamsError(f"last-event-id {text!r} is not an event id from this server")
+    return int(text)
+
+
+def _extension_metadata(call: CallContext) -> tuple[tuple[str, str], ...]:
+    if not call.activated_extensions:
+        return ()
+    return (("a2a-extensions", ", ".join(sorted(call.activated_extensions))),)
+
+
+class GrpcBinding:
+    """The A2AService rpcs over a ``RequestHandler``, as one ``grpc.GenericRpcHandler``.
+
+    >>> # server = grpc.aio.server(); server.add_generic_rpc_handlers((GrpcBinding(handler).generic_handler(),))
+    """
+
+    def __init__(
+        self,
+        handler: RequestHandler,
+        *,
+        authenticate: Authenticator | None = None,
+        ensure_started: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.handler = handler
+        self.authenticate = authenticate
+        self.ensure_started = ensure_started
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        """Method handlers for every operation (``/lf.a2a.v1.A2AService/<Operation>``), bytes in and out."""
+        methods: dict[str, grpc.RpcMethodHandler] = {}
+        for op in OPERATIONS:
+            if op.streaming:
+                methods[op.grpc_name] = grpc.unary_stream_rpc_method_handler(self._streaming(op))
+            else:
+                methods[op.grpc_name] = grpc.unary_unary_rpc_method_handler(self._unary(op))
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, methods)
+
+    async def _prepare(
+        self, op: Operation, data: bytes, context: Any, decode: Callable[[bytes], Any]
+    ) -> tuple[Any, CallContext, dict[str, str]]:
+        if self.ensure_started is not None:
+            await self.ensure_started()
+        metadata = _metadata(context)
+        _check_version(metadata.get("a2a-version"))
+        user = ANONYMOUS
+        if self.authenticate is not None:
+            user = await self.authenticate(metadata) or ANONYMOUS
+        try:
+            request = decode(data)
+        except DecodeError as exc:
+            raise InvalidParamsError(
+                f"the {op.name} request is not a valid {op.request.__name__} message: {exc}"
+            ) from None
+        except ValidationError as exc:
+            raise invalid_params(exc) from None
+        raw = metadata.get("a2a-extensions") or metadata.get("x-a2a-extensions") or ""
+        requested = frozenset(part.strip() for part in raw.split(",") if part.strip())
+        call = CallContext(
+            user=user, tenant=getattr(request, "tenant", ""), requested_extensions=requested, headers=metadata
+        )
+        self.handler.negotiate_extensions(call)
+        return request, call, metadata
+
+    def _unary(self, op: Operation) -> Callable[[bytes, Any], Awaitable[bytes]]:
+        decode = decoder(op.request)
+        response = op.response
+        encode = encoder(response) if response is not None else None
+        handler_name = op.handler
+
+        async def rpc(data: bytes, context: Any) -> bytes:
+            try:
+                request, call, _ = await self._prepare(op, data, context, decode)
+                result = await self.handler.dispatch(handler_name, request, call)
+                if call.activated_extensions:
+                    await context.send_initial_metadata(_extension_metadata(call))
+                if encode is None:
+                    return b""  # google.protobuf.Empty
+                if isinstance(result, Encoded):
+                    result = SendMessageResponse.model_validate_json(result.data)
+                return encode(result)
+            except A2AError as exc:
+                error = exc
+            except Exception:
+                log.exception("gRPC %s failed", op.name)
+                error = InternalError()
+            await context.abort_with_status(error_status(error))
+            raise AssertionError("abort_with_status returned")  # pragma: no cover
+
+        return rpc
+
+    def _streaming(self, op: Operation) -> Callable[[bytes, Any], AsyncIterator[bytes]]:
+        decode = decoder(op.request)
+        subscribe = op.name == "SubscribeToTask"
+        handler_name = op.handler
+
+        async def rpc(data: bytes, context: Any) -> AsyncIterator[bytes]:
+            items: Any = None
+            error: A2AError | None = None
+            first: tuple[int, Any, bytes] | None = None
+            call: CallContext | None = None
+            try:
+                request, call, metadata = await self._prepare(op, data, context, decode)
+                if subscribe:
+                    items = await self.handler.subscribe_to_task(request, call, _resume_point(metadata))
+                else:
+                    items = await self.handler.dispatch(handler_name, request, call)
+                # Pull the first event before answering: an error up to here ends the call with no message.
+                first = await anext(items)
+            except StopAsyncIteration:
+                first = None
+            except A2AError as exc:
+                error = exc
+            except Exception:
+                log.exception("gRPC %s failed", op.name)
+                error = InternalError()
+            if error is not None or first is None or call is None:
+                await _close(items)
+                if error is not None:
+                    await context.abort_with_status(error_status(error))
+                return
+            last = first[0]
+            try:
+                await context.send_initial_metadata(((FIRST_EVENT_ID, str(last)), *_extension_metadata(call)))
+                yield encode_event(first[1])
+                async for seq, event, _data in items:
+                    yield encode_event(event)
+                    last = seq
+            except A2AError as exc:
+                error = exc
+            except Exception:
+                log.exception("gRPC %s stream failed", op.name)
+                error = InternalError()
+            finally:
+                await _close(items)
+            trailer = ((LAST_EVENT_ID, str(last)),)
+            if error is None:
+                context.set_trailing_metadata(trailer)
+                return
+            # abort() replaces the trailing metadata: send the event id together with the status details.
+            status = error_status(error)
+            await context.abort(status.code, status.details, (*status.trailing_metadata, *trailer))
+
+        return rpc
+
+
+async def _close(items: Any) -> None:
+    aclose = getattr(items, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(Exception):
+            await aclose()
+
+
+def _add_file(file: Any) -> None:
+    """Put a default-pool file (and what it imports) into relaykit's private pool, for reflection."""
+    try:
+        POOL.FindFileByName(file.name)
+        return
+    except KeyError:
+        pass
+    for dependency in file.dependencies:
+        _add_file(dependency)
+    POOL.AddSerializedFile(file.serialized_pb)
+
+
+class GrpcServer:
+    """A ``grpc.aio`` server for one agent: A2AService, plus health checking and server reflection.
+
+    ``target`` is the ``A2AServer`` behind a ``create_app`` app (``app.state.relaykit``), the app itself, or a bare
+    ``RequestHandler``. ``start()`` starts the engine too (idempotent), so gRPC and HTTP share one engine and store.
+
+    >>> # grpc_server = GrpcServer(app, host="127.0.0.1", port=50051)
+    >>> # await grpc_server.start(); ...; await grpc_server.stop(grace=5)
+    """
+
+    def __init__(
+        self,
+        target: Any,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        authenticate: Authenticator | None = None,
+        max_message: int = 10 * 1024 * 1024,
+        reflection: bool = True,
+        health: bool = True,
+        options: tuple[tuple[str, Any], ...] = (),
+    ) -> None:
+        state = getattr(getattr(target, "state", None), "relaykit", None)
+        a2a_server = state if state is not None else target
+        if isinstance(a2a_server, RequestHandler):
+            self.a2a_server: Any = None
+            handler = a2a_server
+        else:
+            self.a2a_server = a2a_server
+            handler = a2a_server.handler
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.binding = GrpcBinding(
+            handler,
+            authenticate=authenticate,
+            ensure_started=self._ensure_started if self.a2a_server is not None else None,
+        )
+        self._options = (
+            ("grpc.max_receive_message_length", max_message),
+            ("grpc.max_send_message_length", max_message),
+            ("grpc.so_reuseport", 0),
+            *options,
+        )
+        self._reflection = reflection
+        self._health_enabled = health
+        self.health: Any = None
+        self.server: Any = None
+
+    async def _ensure_started(self) -> None:
+        if not self.a2a_server.started:
+            await self.a2a_server.start()
+
+    @property
+    def address(self) -> str:
+        """``host:port`` the server listens on (the port the OS chose when 0 was asked)."""
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> int:
+        """Start the engine (when given an A2AServer), bind and start serving; returns the bound port."""
+        if self.a2a_server is not None:
+            await self._ensure_started()
+        server = grpc.aio.server(options=self._options)
+        server.add_generic_rpc_handlers((self.binding.generic_handler(),))
+        services = [SERVICE_NAME]
+        if self._health_enabled:
+            self.health = health.aio.HealthServicer()
+            from grpc_health.v1 import health_pb2_grpc
+
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+            await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+            services.append(health.SERVICE_NAME)
+        if self._reflection:
+            # The reflection service answers from relaykit's private pool, which holds lf.a2a.v1; add the health and
+            # reflection files to it so every listed service resolves.
+            _add_file(health_pb2.DESCRIPTOR)
+            _add_file(_reflection_pb2.DESCRIPTOR)
+            services.append(reflection.SERVICE_NAME)
+            reflection.enable_server_reflection(services, server, pool=POOL)
+        bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        if not bound:
+            raise OSError(f"cannot listen for gRPC on {self.host}:{self.port}")
+        self.port = int(bound)
+        await server.start()
+        self.server = server
+        return self.port
+
+    async def drain(self) -> None:
+        """Report NOT_SERVING to health checks (load balancers stop routing here); calls are still served."""
+        if self.health is not None:
+            await self.health.enter_graceful_shutdown()
+
+    async def stop(self, grace: float | None = 5.0) -> None:
+        """Stop accepting calls, let the ones in flight finish for ``grace`` seconds, then cancel them."""
+        server, self.server = self.server, None
+        if server is None:
+            return
+        await self.drain()
+        await server.stop(grace)
+
+    async def wait_for_termination(self) -> None:
+        """Block until the server stops."""
+        if self.server is not None:
+            await self.server.wait_for_termination()

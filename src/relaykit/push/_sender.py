@@ -1,0 +1,616 @@
+"""Push delivery: the engine hook that fills the outbox, and the sender that empties it.
+
+Flow: the engine awaits ``PushSender.on_event`` after publishing each event. The hook binds an inline config
+(``SendMessageConfiguration.taskPushNotificationConfig``) when the task is created, looks up the task's configs
+(``ConfigCache``: no store read per event), and appends one ``OutboxEntry`` per config to the write-behind batch
+(``OutboxWriter``); that is all the engine's hot path pays. After the batch is committed, each entry joins its
+stream's queue (one stream per (task, config)), and one runner per stream delivers the queue in ``seq`` order:
+``POST url`` with the event's StreamResponse JSON, ``Content-Type: application/a2a+json``,
+``Authorization: <scheme> <credentials>`` and ``X-A2A-Notification-Token: <token>`` from the config,
+``X-Relaykit-Event-Id`` (stable per notification) and, with a signing key, ``X-A2A-Signature``.
+
+A 2xx removes the entry; anything else (or a timeout, default 10 s for the whole request) is retried with
+exponential backoff and jitter, honouring ``Retry-After``, until ``max_attempts`` attempts or ``max_age`` seconds,
+and then the entry becomes a dead letter. Redirects are not followed. The SSRF guard runs again at connect time.
+A restart resumes the outbox's pending entries. One runner per stream (and a store lease) means two deliveries of
+the same (task, config) never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import contextvars
+import itertools
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import httpcore
+import httpx
+
+from relaykit._types import (
+    Message,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatusUpdateEvent,
+    new_id,
+)
+from relaykit.backends._base import (
+    DeliveryHealth,
+    DeliveryOutcome,
+    OutboxEntry,
+    PushConfigStore,
+    PushOutbox,
+    StreamKey,
+)
+from relaykit.push._outbox import OutboxWriter
+from relaykit.push._signing import SIGNATURE_HEADER, PushSigner
+from relaykit.push._ssrf import GuardedBackend, WebhookGuard
+
+if TYPE_CHECKING:
+    from relaykit.server._active import ActiveTask
+    from relaykit.server._engine import TaskEngine
+
+__all__ = ["EVENT_ID_HEADER", "ConfigCache", "DeliveryPolicy", "PushEvents", "PushSender"]
+
+log = logging.getLogger("relaykit.push")
+
+EVENT_ID_HEADER = "X-Relaykit-Event-Id"
+USER_AGENT = "relaykit-push/0.1"
+PushEvents = Literal["all", "state"]
+TaskKey = tuple[str, str, str]  # (tenant, owner, task_id)
+
+_TERMINAL = frozenset(s for s in TaskState if s.is_terminal)
+# Set while a webhook request is in flight: httpx logs every request URL at INFO, and a webhook URL may carry a
+# secret in its query string. Its log records are dropped inside deliveries (the health record has the outcome).
+_DELIVERING: contextvars.ContextVar[bool] = contextvars.ContextVar("relaykit_push_delivering", default=False)
+
+
+class _QuietDeliveries(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _DELIVERING.get()
+
+
+_QUIET = _QuietDeliveries()
+_MAX_RESPONSE = 64 * 1024  # bytes of a webhook's response body read (and thrown away) so the connection is reused
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPolicy:
+    """How hard the sender tries.
+
+    ``timeout``: seconds for one whole request. A failed attempt ``n`` (1-based) waits
+    ``min(max_backoff, backoff * 2**(n-1))`` seconds, minus up to ``jitter`` of it at random (and at least a
+    ``Retry-After`` the receiver asked for, up to ``max_backoff``). An entry is given up on (dead letter) after
+    ``max_attempts`` attempts, or once it is ``max_age`` seconds old. ``concurrency``: requests in flight at once.
+
+    >>> DeliveryPolicy(backoff=0.05, max_attempts=3).max_attempts
+    3
+    """
+
+    timeout: float = 10.0
+    max_attempts: int = 8
+    backoff: float = 1.0
+    max_backoff: float = 300.0
+    jitter: float = 0.5
+    max_age: float = 86400.0
+    concurrency: int = 64
+
+    def __post_init__(self) -> None:
+        if self.timeout <= 0 or self.max_attempts < 1 or self.backoff < 0 or self.concurrency < 1:
+            raise ValueError("DeliveryPolicy: timeout > 0, max_attempts >= 1, backoff >= 0, concurrency >= 1")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("DeliveryPolicy: jitter is a fraction between 0 and 1")
+
+    def delay(self, attempts: int, retry_after: float | None = None) -> float:
+        """Seconds to wait after ``attempts`` failed attempts."""
+        base = min(self.max_backoff, self.backoff * 2.0 ** max(0, attempts - 1))
+        delay = base * (1.0 - self.jitter * random.random())
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.max_backoff))
+        return delay
+
+
+class ConfigCache:
+    """The push-config store as the request handler and the sender see it: writes go through, a task's configs
+    are cached (LRU), so the engine hook does not read the store for every event.
+
+    Consistency: every write in this process goes through here and updates the cache; a load that raced with a
+    write is not cached. (A store shared by several processes would need invalidation across them.)
+    """
+
+    def __init__(self, store: PushConfigStore, *, size: int = 4096) -> None:
+        self.store = store
+        self.size = size
+        self.on_delete: Callable[[StreamKey], None] | None = None
+        self.on_put: Callable[[], None] | None = None
+        self._entries: collections.OrderedDict[TaskKey, dict[str, TaskPushNotificationConfig]] = (
+            collections.OrderedDict()
+        )
+        self._writes = 0
+
+    async def start(self) -> None:
+        await self.store.start()
+
+    async def close(self) -> None:
+        await self.store.close()
+
+    def _remember(self, key: TaskKey, configs: dict[str, TaskPushNotificationConfig]) -> None:
+        self._entries[key] = configs
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    def seed(self, key: TaskKey) -> None:
+        """A task created just now: it has no configs but those put from now on."""
+        if key not in self._entries:
+            self._remember(key, {})
+
+    async def for_task(self, key: TaskKey) -> list[TaskPushNotificationConfig]:
+        """The task's configs (cached)."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+            return list(entry.values())
+        writes = self._writes
+        configs = await self.store.list(key[2], tenant=key[0], owner=key[1])
+        if writes == self._writes:
+            self._remember(key, {c.id: c for c in configs})
+        return configs
+
+    async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
+        if self.on_put is not None:
+            self.on_put()
+        self._writes += 1
+        await self.store.put(config, owner=owner)
+        self._writes += 1
+        entry = self._entries.get((config.tenant, owner, config.task_id))
+        if entry is not None:
+            entry[config.id] = config
+
+    async def get(
+        self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous"
+    ) -> TaskPushNotificationConfig | None:
+        entry = self._entries.get((tenant, owner, task_id))
+        if entry is not None:
+            return entry.get(config_id)
+        return await self.store.get(task_id, config_id, tenant=tenant, owner=owner)
+
+    async def list(
+        self, task_id: str, *, tenant: str = "", owner: str = "anonymous"
+    ) -> list[TaskPushNotificationConfig]:
+        entry = self._entries.get((tenant, owner, task_id))
+        if entry is not None:
+            return list(entry.values())
+        return await self.store.list(task_id, tenant=tenant, owner=owner)
+
+    async def delete(self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
+        self._writes += 1
+        removed = await self.store.delete(task_id, config_id, tenant=tenant, owner=owner)
+        self._writes += 1
+        entry = self._entries.get((tenant, owner, task_id))
+        if entry is not None:
+            entry.pop(config_id, None)
+        if removed and self.on_delete is not None:
+            self.on_delete((tenant, owner, task_id, config_id))
+        return removed
+
+
+class _Stream:
+    __slots__ = ("key", "queue", "runner")
+
+    def __init__(self, key: StreamKey) -> None:
+        self.key = key
+        self.queue: collections.deque[OutboxEntry] = collections.deque()
+        self.runner: asyncio.Task[None] | None = None
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date: ignored, the backoff applies
+
+
+def _state_of(event: Any) -> TaskState | None:
+    if isinstance(event, Task | TaskStatusUpdateEvent):
+        return event.status.state
+    return None
+
+
+class PushSender:
+    """Delivers push notifications from a ``PushOutbox``; ``on_event`` is the engine hook that fills it.
+
+    ``events``: ``"all"`` (every task event: snapshots, status and artifact updates) or ``"state"`` (only the
+    events that change the task's state). ``allow``: the SSRF guard's allow list. ``signer``: signs deliveries.
+
+    >>> # sender = PushSender(push_store, MemoryPushOutbox()); engine.on_event = sender.on_event
+    """
+
+    def __init__(
+        self,
+        configs: PushConfigStore,
+        outbox: PushOutbox,
+        *,
+        policy: DeliveryPolicy | None = None,
+        events: PushEvents = "all",
+        allow: tuple[str, ...] = (),
+        guard: WebhookGuard | None = None,
+        signer: PushSigner | None = None,
+        http: httpx.AsyncClient | None = None,
+        worker: str | None = None,
+        flush_timeout: float = 5.0,
+    ) -> None:
+        if events not in ("all", "state"):
+            raise ValueError(f"push_events must be 'all' or 'state' (got {events!r})")
+        self.configs = configs if isinstance(configs, ConfigCache) else ConfigCache(configs)
+        self.configs.on_delete = self._discard
+        self.configs.on_put = self.arm
+        self._engine: TaskEngine | None = None
+        self.outbox = outbox
+        self.policy = policy or DeliveryPolicy()
+        self.events: PushEvents = events
+        self.guard = guard or WebhookGuard(allow)
+        self.signer = signer
+        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.flush_timeout = flush_timeout
+        self.started = False
+        self._http = http
+        self._own_http = http is None
+        self._writer: OutboxWriter | None = None
+        self._streams: dict[StreamKey, _Stream] = {}
+        self._last_state: collections.OrderedDict[str, TaskState] = collections.OrderedDict()
+        self._slots = asyncio.Semaphore(self.policy.concurrency)
+        self._stopping = asyncio.Event()
+        self._idle = asyncio.Event()  # set while no stream has anything queued
+        self._idle.set()
+        self._runner_ids = itertools.count(1)
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+
+    def _client(self) -> httpx.AsyncClient:
+        ssl_context = httpx.create_ssl_context()
+        transport = httpx.AsyncHTTPTransport(verify=ssl_context, trust_env=False)
+        # The pool httpx would build, but connecting through the SSRF guard (httpx has no backend parameter).
+        transport._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=self.policy.concurrency,
+            max_keepalive_connections=min(self.policy.concurrency, 32),
+            keepalive_expiry=30.0,
+            network_backend=GuardedBackend(self.guard),
+        )
+        return httpx.AsyncClient(
+            transport=transport,
+            timeout=self.policy.timeout,
+            follow_redirects=False,
+            trust_env=False,
+            headers={"user-agent": USER_AGENT},
+        )
+
+    async def start(self) -> None:
+        """Open the outbox and resume its pending notifications."""
+        if self.started:
+            return
+        await self.outbox.start()
+        self._stopping = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.policy.concurrency)
+        self._idle = asyncio.Event()
+        self._idle.set()
+        if self._own_http:
+            self._http = self._client()
+        if _QUIET not in logging.getLogger("httpx").filters:
+            logging.getLogger("httpx").addFilter(_QUIET)
+        self._writer = OutboxWriter(self.outbox, self._dispatch)
+        self._writer.start()
+        self.started = True
+        any_configs = getattr(self.configs.store, "any_configs", None)
+        if any_configs is None or await any_configs():
+            self.arm()
+        pending = await self.outbox.pending()
+        if pending:
+            log.info("resuming delivery of %d pending push notification(s)", len(pending))
+            self._dispatch(pending)
+
+    async def stop(self, drain: float = 1.0) -> None:
+        """Commit what is buffered, let deliveries due now run for up to ``drain`` seconds, stop the rest.
+
+        Anything not delivered stays in the outbox: a durable one delivers it after the next start.
+        """
+        if not self.started:
+            return
+        writer = self._writer
+        assert writer is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(writer.flush(), self.flush_timeout)
+        self._stopping.set()
+        runners = [s.runner for s in self._streams.values() if s.runner is not None]
+        if runners:
+            _done, late = await asyncio.wait(runners, timeout=drain)
+            for runner in late:
+                runner.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        await writer.stop(self.flush_timeout)
+        self._writer = None
+        self._streams.clear()
+        if self._own_http and self._http is not None:
+            await self._http.aclose()
+            self._http = None
+        await self.outbox.close()
+        self.started = False
+
+    # --- the engine hook -------------------------------------------------------------------------------------
+
+    def bind(self, engine: TaskEngine) -> None:
+        """Serve ``engine``: its events are pushed once a push config may exist (see ``arm``)."""
+        self._engine = engine
+
+    def arm(self) -> None:
+        """Install ``on_event`` as the engine's hook (idempotent).
+
+        Until then the engine runs without a hook: with one, it encodes every event for it, which a server whose
+        tasks have no push configs should not pay. Armed at start when the config store holds configs, when a
+        config is stored, and when a request carrying an inline config passes ``check_config`` (before its task
+        exists, so the hook sees the task's first event). Once armed, it stays armed.
+        """
+        if self._engine is not None and self._engine.on_event is None:
+            self._engine.on_event = self.on_event
+
+    async def check_config(self, url: str, field: str) -> None:
+        """The request handler's webhook URL check: the SSRF guard, then ``arm``."""
+        await self.guard.check_config(url, field)
+        self.arm()
+
+    async def on_event(self, active: ActiveTask, seq: int, event: Any, data: bytes) -> None:
+        """Queue ``event`` (its StreamResponse JSON is ``data``) for every push config of its task."""
+        writer = self._writer
+        if writer is None or isinstance(event, Message):
+            return
+        task_id = active.task_id
+        key: TaskKey = (active.tenant, active.owner, task_id)
+        record = active.record
+        if isinstance(event, Task) and record is not None and record.version <= 1:
+            self.configs.seed(key)
+        pending = active.current
+        inline = pending.configuration.task_push_notification_config if pending and pending.configuration else None
+        if inline is not None and inline.task_id != task_id:
+            # Bound when the task first shows up, so the config sees the task's very first event. The request
+            # handler sees task_id set and does not bind it again.
+            inline.task_id = task_id
+            inline.tenant = active.tenant
+            if not inline.id:
+                inline.id = new_id()
+            await self.configs.put(inline.model_copy(), owner=active.owner)
+        state = _state_of(event)
+        if self.events == "state" and not self._state_changed(task_id, state):
+            return
+        if state in _TERMINAL:
+            self._last_state.pop(task_id, None)
+        configs = await self.configs.for_task(key)
+        if not configs:
+            return
+        now = time.time()
+        for config in configs:
+            writer.add(
+                OutboxEntry(
+                    event_id=uuid.uuid4().hex,
+                    task_id=task_id,
+                    config_id=config.id,
+                    seq=seq,
+                    body=data,
+                    tenant=active.tenant,
+                    owner=active.owner,
+                    created_at=now,
+                )
+            )
+        if state is not None and self.outbox.durable:
+            try:
+                await asyncio.wait_for(asyncio.shield(writer.flush()), self.flush_timeout)
+            except TimeoutError:
+                log.warning("task %s: push outbox commit is slow; notification still queued", task_id)
+
+    def _state_changed(self, task_id: str, state: TaskState | None) -> bool:
+        if state is None:
+            return False
+        if self._last_state.get(task_id) is state:
+            return False
+        self._last_state[task_id] = state
+        self._last_state.move_to_end(task_id)
+        while len(self._last_state) > 65536:
+            self._last_state.popitem(last=False)
+        return True
+
+    # --- delivery ------------------------------------------------------------------------------------------
+
+    def _dispatch(self, entries: list[OutboxEntry]) -> None:
+        for entry in entries:
+            stream = self._streams.get(entry.stream)
+            if stream is None:
+                stream = self._streams[entry.stream] = _Stream(entry.stream)
+            stream.queue.append(entry)
+            self._idle.clear()
+            if stream.runner is None and not self._stopping.is_set():
+                stream.runner = asyncio.create_task(self._run(stream), name=f"relaykit-push-{entry.task_id}")
+
+    def _discard(self, key: StreamKey) -> None:
+        stream = self._streams.pop(key, None)
+        if stream is not None:
+            stream.queue.clear()
+        if not self._streams:
+            self._idle.set()
+        if self._writer is not None:
+            self._writer.discard(key)
+
+    async def _stop_within(self, seconds: float) -> bool:
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _run(self, stream: _Stream) -> None:
+        key = stream.key
+        # One lease holder per stream: this runner (a stream dropped and re-created while its old runner still has
+        # a request in flight gets a new runner, which waits for the old one's lease).
+        holder = f"{self.worker}#{next(self._runner_ids)}"
+        claimed = False
+        try:
+            while not await self.outbox.claim(key, holder):
+                if await self._stop_within(0.2):
+                    return
+            claimed = True
+            while stream.queue:
+                try:
+                    if not await self._step(stream):
+                        return
+                except Exception:
+                    log.exception("task %s: push delivery failed unexpectedly", key[2])
+                    if await self._stop_within(1.0):
+                        return
+        finally:
+            stream.runner = None
+            if not stream.queue and self._streams.get(key) is stream:
+                del self._streams[key]
+            if not self._streams:
+                self._idle.set()
+            if claimed:
+                with contextlib.suppress(Exception):
+                    await self.outbox.release(key, holder)
+
+    async def _step(self, stream: _Stream) -> bool:
+        """Deliver (or give up on) the head of the stream once; ``False`` to stop the runner."""
+        writer = self._writer
+        assert writer is not None
+        key = stream.key
+        entry = stream.queue[0]
+        wait = entry.next_attempt_at - time.time()
+        if wait > 0 and await self._stop_within(wait):
+            return False
+        config = await self.configs.get(key[2], key[3], tenant=key[0], owner=key[1])
+        if not stream.queue or stream.queue[0] is not entry:
+            return True  # discarded meanwhile
+        if config is None:
+            self._discard(key)  # the config was deleted: its notifications go with it
+            return False
+        now = time.time()
+        if self.policy.max_age and now - entry.created_at >= self.policy.max_age:
+            entry.last_error = f"expired: not delivered within {self.policy.max_age:g} s" + (
+                f" (last error: {entry.last_error})" if entry.last_error else ""
+            )
+            entry.dead_at = now
+            stream.queue.popleft()
+            writer.dead(entry, None)
+            return True
+        async with self._slots:
+            ok, error, retry_after = await self.deliver(entry, config)
+        now = time.time()
+        entry.attempts += 1
+        if not stream.queue or stream.queue[0] is not entry:
+            return True
+        outcome = DeliveryOutcome(key, ok, now, config.url, error)
+        if ok:
+            stream.queue.popleft()
+            writer.delivered(entry, outcome)
+            return True
+        entry.last_error = error
+        if entry.attempts >= self.policy.max_attempts:
+            entry.dead_at = now
+            stream.queue.popleft()
+            writer.dead(entry, outcome)
+            log.warning(
+                "task %s: gave up on push notification %s for config %s after %d attempt(s): %s",
+                key[2],
+                entry.event_id,
+                key[3],
+                entry.attempts,
+                error,
+            )
+            return True
+        entry.next_attempt_at = now + self.policy.delay(entry.attempts, retry_after)
+        writer.retried(entry, outcome)
+        return not self._stopping.is_set()
+
+    def headers(self, entry: OutboxEntry, config: TaskPushNotificationConfig) -> dict[str, str]:
+        """The headers of one delivery attempt of ``entry`` to ``config``."""
+        headers = {"content-type": "application/a2a+json", EVENT_ID_HEADER: entry.event_id}
+        auth = config.authentication
+        if auth is not None and auth.scheme:
+            headers["authorization"] = f"{auth.scheme} {auth.credentials}" if auth.credentials else auth.scheme
+        if config.token:
+            headers["x-a2a-notification-token"] = config.token
+        if self.signer is not None:
+            headers[SIGNATURE_HEADER] = self.signer.sign(
+                body=entry.body, task_id=entry.task_id, event_id=entry.event_id
+            )
+        return headers
+
+    async def deliver(self, entry: OutboxEntry, config: TaskPushNotificationConfig) -> tuple[bool, str, float | None]:
+        """One attempt: ``(ok, error, retry_after)``."""
+        http = self._http
+        assert http is not None
+        quiet = _DELIVERING.set(True)
+        try:
+            async with asyncio.timeout(self.policy.timeout):
+                async with http.stream(
+                    "POST", config.url, content=entry.body, headers=self.headers(entry, config)
+                ) as response:
+                    status = response.status_code
+                    retry_after = _retry_after(response.headers.get("retry-after"))
+                    size = 0
+                    async for chunk in response.aiter_raw():
+                        size += len(chunk)
+                        if size > _MAX_RESPONSE:
+                            break
+        except (TimeoutError, httpx.TimeoutException):
+            return False, f"timed out after {self.policy.timeout:g} s", None
+        except httpx.HTTPError as exc:
+            return False, f"{type(exc).__name__}: {exc}"[:500], None
+        finally:
+            _DELIVERING.reset(quiet)
+        if 200 <= status < 300:
+            return True, "", None
+        return False, f"HTTP {status}", retry_after
+
+    # --- reading -------------------------------------------------------------------------------------------
+
+    async def flush(self) -> None:
+        """Wait until every notification queued so far (and every delivery result) is committed."""
+        if self._writer is not None:
+            await self._writer.flush()
+
+    async def drained(self) -> None:
+        """Wait until every notification queued so far is delivered or dead, and the results are committed.
+
+        Streams waiting to retry count as not drained: bound the wait (``asyncio.wait_for``).
+        """
+        await self.flush()
+        await self._idle.wait()
+        await self.flush()
+
+    async def health(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[DeliveryHealth]:
+        """Delivery health per push config of a task: its current configs first, then configs since deleted."""
+        await self.flush()
+        rows = {h.config_id: h for h in await self.outbox.health(task_id, tenant=tenant, owner=owner)}
+        configs = await self.configs.list(task_id, tenant=tenant, owner=owner)
+        out: list[DeliveryHealth] = []
+        for config in configs:
+            row = rows.pop(config.id, None) or DeliveryHealth(task_id, config.id, tenant, owner)
+            row.url = config.url
+            out.append(row)
+        out.extend(rows.values())
+        return out
+
+    async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
+        """The task's dead letters (notifications given up on), oldest first."""
+        await self.flush()
+        return await self.outbox.dead_letters(task_id, tenant=tenant, owner=owner)

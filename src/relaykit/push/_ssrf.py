@@ -1,0 +1,314 @@
+"""The SSRF guard for webhook URLs (digest §7.6): checked when a config is created and again at connect time.
+
+Rules:
+
+* the URL must be ``http`` or ``https`` with a host;
+* loopback, private (RFC 1918, ULA), link-local, carrier-grade NAT (100.64/10), multicast, unspecified, reserved
+  and other non-global addresses are refused, and so are cloud metadata endpoints (169.254.169.254,
+  fd00:ec2::254, 100.100.100.200, …), also when they hide in an IPv4-mapped, NAT64, 6to4 or Teredo IPv6 address;
+  ``localhost`` and ``*.localhost`` count as loopback without asking DNS;
+* a hostname is resolved and every address it resolves to must pass (one bad address refuses the URL);
+* ``allow`` (``create_app(push_allow=...)``, ``relaykit serve --push-allow``) opens hosts and networks: a hostname
+  entry (``localhost``, ``hooks.internal``, ``*.corp.example``) allows that host whatever it resolves to, an IP or
+  CIDR entry (``127.0.0.1``, ``10.0.0.0/8``, ``::1``) allows those addresses.
+
+At config time a name that does not resolve is accepted (the receiver may not exist yet); the connect-time check
+decides. At connect time the name is resolved once, each address is checked, and the connection goes to a checked
+address, while the request keeps the original ``Host`` header and TLS server name (``GuardedBackend`` under
+httpx), so a DNS answer that changes between check and connect (rebinding) cannot reach a refused address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import typing
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+import httpcore
+
+from relaykit._errors import InvalidParamsError
+
+__all__ = ["GuardedBackend", "WebhookGuard", "WebhookRefusedError", "address_problem"]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+RESOLVE_TIMEOUT = 2.0  # seconds for the config-time DNS lookup
+
+# Cloud instance metadata services: named in the refusal, since they are the classic SSRF target.
+_METADATA = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean, Oracle
+        "169.254.170.2",  # AWS ECS task metadata
+        "169.254.169.253",  # AWS DNS
+        "fd00:ec2::254",  # AWS IMDS over IPv6
+        "fd00:ec2::253",
+        "100.100.100.200",  # Alibaba Cloud
+        "192.0.0.192",  # Oracle Cloud (classic)
+    )
+)
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+class WebhookRefusedError(ValueError):
+    """A webhook URL the SSRF guard refuses; the message names the address and how to allow it."""
+
+    def __init__(self, message: str, *, field_reason: str = "refused by the SSRF guard") -> None:
+        super().__init__(message)
+        self.field_reason = field_reason
+
+
+def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in _NAT64 or ip in _NAT64_LOCAL:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def address_problem(ip: IPAddress) -> str | None:
+    """Why ``ip`` is not a public unicast address (``"loopback"``, ``"private"``, …), or ``None`` if it is.
+
+    >>> address_problem(ipaddress.ip_address("10.1.2.3"))
+    'private'
+    >>> address_problem(ipaddress.ip_address("93.184.215.14")) is None
+    True
+    """
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.scope_id:
+            ip = ipaddress.IPv6Address(str(ip).split("%", 1)[0])
+        inner = _embedded_v4(ip)
+        if inner is not None:
+            problem = address_problem(inner)
+            return f"{problem} (embedded in {ip})" if problem else None
+    if ip in _METADATA:
+        return "cloud metadata"
+    if ip.is_unspecified:
+        return "unspecified"
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link-local"
+    if ip.is_multicast:
+        return "multicast"
+    if isinstance(ip, ipaddress.IPv4Address) and ip in _CGNAT:
+        return "carrier-grade NAT (shared)"
+    if ip.is_private:
+        return "private"
+    if ip.is_reserved:
+        return "reserved"
+    if not ip.is_global:
+        return "non-global"
+    return None
+
+
+def _parse_ip(text: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        return None
+
+
+class WebhookGuard:
+    """Which webhook targets are allowed: public addresses, plus the ``allow`` list's hosts and networks.
+
+    >>> guard = WebhookGuard(["127.0.0.1", "hooks.internal"])
+    >>> guard.allows_address(ipaddress.ip_address("127.0.0.1")), guard.allows_host("hooks.internal")
+    (True, True)
+    """
+
+    def __init__(self, allow: Iterable[str] = (), *, resolve_timeout: float = RESOLVE_TIMEOUT) -> None:
+        self.allow = tuple(allow)
+        self.resolve_timeout = resolve_timeout
+        self._networks: list[IPNetwork] = []
+        self._hosts: set[str] = set()
+        self._suffixes: list[str] = []
+        for raw in self.allow:
+            entry = raw.strip().lower()
+            if not entry:
+                continue
+            try:
+                self._networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+                continue
+            except ValueError:
+                pass
+            entry = entry.rstrip(".")
+            if entry.startswith("*."):
+                self._suffixes.append(entry[1:])
+            else:
+                self._hosts.add(entry)
+
+    def allows_host(self, host: str) -> bool:
+        """Whether the allow list names this host (exactly, or by a ``*.`` suffix)."""
+        name = host.lower().rstrip(".")
+        return name in self._hosts or any(name.endswith(suffix) for suffix in self._suffixes)
+
+    def allows_address(self, ip: IPAddress) -> bool:
+        """Whether ``ip`` may be reached: public, or inside an allowed network."""
+        if any(ip.version == net.version and ip in net for net in self._networks):
+            return True
+        return address_problem(ip) is None
+
+    def _refusal(self, url: str, host: str, ip: IPAddress | None, problem: str) -> WebhookRefusedError:
+        shown = f"{host} ({ip})" if ip is not None and str(ip) != host.strip("[]") else (str(ip) if ip else host)
+        suggest = str(ip) if ip is not None else host
+        return WebhookRefusedError(
+            f"webhook URL {url} is refused: {shown} is a {problem} address, which push notifications may not reach "
+            f"(SSRF guard). To allow it, pass --push-allow {suggest} to relaykit serve "
+            f"(create_app(push_allow=[{suggest!r}]))",
+            field_reason=f"{suggest} is a {problem} address (SSRF guard; allow with --push-allow {suggest})",
+        )
+
+    def split(self, url: str) -> tuple[str, int]:
+        """``(host, port)`` of a webhook URL, refusing non-HTTP(S) schemes and host-less URLs."""
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise WebhookRefusedError(
+                f"webhook URL {url!r} is not a valid URL: {exc}", field_reason="invalid URL"
+            ) from None
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https"):
+            raise WebhookRefusedError(
+                f"webhook URL {url!r} is refused: the scheme must be http or https (got {scheme or 'none'!r})",
+                field_reason="the scheme must be http or https",
+            )
+        host = parts.hostname or ""
+        if not host:
+            raise WebhookRefusedError(f"webhook URL {url!r} has no host", field_reason="the URL has no host")
+        return host, port or (443 if scheme == "https" else 80)
+
+    async def check_url(self, url: str) -> None:
+        """The config-time check; raises ``WebhookRefusedError``. A name that does not resolve passes."""
+        host, port = self.split(url)
+        if self.allows_host(host):
+            return
+        ip = _parse_ip(host)
+        if ip is not None:
+            if not self.allows_address(ip):
+                raise self._refusal(url, host, ip, address_problem(ip) or "refused")
+            return
+        try:
+            addresses = await self._resolve(host, port)
+        except (OSError, TimeoutError):
+            if _is_localhost(host):
+                raise self._refusal(url, host, None, "loopback (localhost)") from None
+            return
+        for address in addresses:
+            if not self.allows_address(address):
+                raise self._refusal(url, host, address, address_problem(address) or "refused")
+
+    async def check_config(self, url: str, field: str) -> None:
+        """``check_url`` for a push config, raising ``InvalidParamsError`` (what the request handler calls)."""
+        try:
+            await self.check_url(url)
+        except WebhookRefusedError as exc:
+            raise InvalidParamsError(str(exc), field_violations=[(field, exc.field_reason)]) from None
+
+    async def _resolve(self, host: str, port: int) -> list[IPAddress]:
+        loop = asyncio.get_running_loop()
+        infos = await asyncio.wait_for(
+            loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout=self.resolve_timeout
+        )
+        out: list[IPAddress] = []
+        for info in infos:
+            ip = _parse_ip(str(info[4][0]))
+            if ip is not None and ip not in out:
+                out.append(ip)
+        if not out:
+            raise OSError(f"{host} resolved to no address")
+        return out
+
+    async def connect_addresses(self, host: str, port: int, timeout: float | None = None) -> list[str]:  # noqa: ASYNC109
+        """The connect-time check: the checked addresses to connect to for ``host`` (raises ``ConnectError``)."""
+        ip = _parse_ip(host)
+        if ip is not None:
+            addresses = [ip]
+        else:
+            try:
+                loop = asyncio.get_running_loop()
+                infos = await asyncio.wait_for(
+                    loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout=timeout or self.resolve_timeout
+                )
+            except (OSError, TimeoutError) as exc:
+                if _is_localhost(host) and not self.allows_host(host):
+                    raise httpcore.ConnectError(
+                        f"webhook host {host} is refused: a loopback (localhost) name (SSRF guard; --push-allow {host})"
+                    ) from exc
+                raise httpcore.ConnectError(f"cannot resolve webhook host {host}: {exc}") from exc
+            addresses = []
+            for info in infos:
+                parsed = _parse_ip(str(info[4][0]))
+                if parsed is not None and parsed not in addresses:
+                    addresses.append(parsed)
+        if not self.allows_host(host):
+            for address in addresses:
+                if not self.allows_address(address):
+                    problem = address_problem(address) or "refused"
+                    raise httpcore.ConnectError(
+                        f"webhook host {host} resolves to {address}, a {problem} address (SSRF guard; "
+                        f"allow it with --push-allow {address})"
+                    )
+        if not addresses:
+            raise httpcore.ConnectError(f"webhook host {host} resolved to no address")
+        return [str(a) for a in addresses]
+
+
+def _is_localhost(host: str) -> bool:
+    name = host.lower().rstrip(".")
+    return name == "localhost" or name.endswith(".localhost")
+
+
+class GuardedBackend(httpcore.AsyncNetworkBackend):
+    """An httpcore network backend that connects only to addresses the guard checked.
+
+    httpcore asks it for a TCP connection to the URL's host; it resolves the host once, checks every address and
+    connects to a checked one (the next on failure). TLS then starts on that socket with the URL's host as server
+    name, and the request carries the URL's ``Host``: nothing but the socket's peer changes.
+    """
+
+    def __init__(self, guard: WebhookGuard, inner: httpcore.AsyncNetworkBackend | None = None) -> None:
+        self.guard = guard
+        self.inner = inner if inner is not None else httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        local_address: str | None = None,
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        addresses = await self.guard.connect_addresses(host, port, timeout)
+        error: Exception | None = None
+        for address in addresses:
+            try:
+                return await self.inner.connect_tcp(
+                    address, port, timeout=timeout, local_address=local_address, socket_options=socket_options
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout, OSError) as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+        socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("webhooks are never delivered over unix sockets")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)

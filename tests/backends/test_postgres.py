@@ -1,0 +1,677 @@
+"""What the PostgreSQL store adds to the store contract: migrations under an advisory lock, ``relaykit db upgrade``,
+optimistic concurrency between replicas, the single-process guard, durability and outage behaviour.
+
+Every test runs in fresh namespaces (``pg_namespace`` / ``pg_namespaces`` in tests/conftest.py), dropped afterwards;
+with the server down they skip, under ``CI=true`` they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+if os.environ.get("CI", "").strip().lower() not in ("1", "true", "yes"):
+    # Outside CI a machine without the postgres extra skips this module; under CI a missing driver fails.
+    pytest.importorskip("asyncpg", reason="asyncpg is not installed (pip install 'relaykit[postgres]')")
+
+import asyncpg
+
+import relaykit
+from relaykit._types import Task, TaskPushNotificationConfig, TaskState, TaskStatus
+from relaykit.backends import ConflictError, StoreLockedError, TaskQuery, TaskRecord, open_push_store, open_store
+from relaykit.backends._postgres import (
+    SCHEMA_VERSION,
+    PostgresPushConfigStore,
+    PostgresTaskStore,
+    StoreInUseError,
+    redact,
+    upgrade,
+)
+from relaykit.errors import ServiceUnavailableError
+
+pytestmark = pytest.mark.postgres
+
+BASE = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+REPO = Path(relaykit.__file__).resolve().parents[2]
+SRC = str(Path(relaykit.__file__).resolve().parents[1])
+WAIT = 10.0  # seconds: bound on waiting for the server to reach a state another connection set up
+
+
+def make_task(task_id: str, *, seconds: int = 0, state: TaskState = TaskState.WORKING, text: str = "") -> Task:
+    task = Task(
+        id=task_id, context_id="ctx", status=TaskStatus(state=state, timestamp=BASE + timedelta(seconds=seconds))
+    )
+    if text:
+        task.metadata = {"text": text}
+    return task
+
+
+def make_config(task_id: str, config_id: str) -> TaskPushNotificationConfig:
+    return TaskPushNotificationConfig(task_id=task_id, id=config_id, url=f"https://hooks.example.com/{config_id}")
+
+
+@asynccontextmanager
+async def opened(url: str, namespace: str, **options: Any) -> AsyncIterator[PostgresTaskStore]:
+    store = PostgresTaskStore(url, namespace=namespace, **options)
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@asynccontextmanager
+async def admin(url: str) -> AsyncIterator[Any]:
+    conn = await asyncpg.connect(url, timeout=WAIT)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def terminate_backends(url: str, namespace: str) -> int:
+    """Kill every server connection of the stores on ``namespace`` (pool and guard), as a server restart would."""
+    async with admin(url) as conn:
+        killed = await conn.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name LIKE $1 AND pid <> pg_backend_pid()",
+            f"relaykit {namespace} %",
+        )
+    return int(killed)
+
+
+async def wait_until_dropped(url: str, store: PostgresTaskStore) -> None:
+    """Wait (bounded) until the killed connections are gone on the server and the store's guard noticed it.
+
+    A terminated connection dies asynchronously: the server process exits a moment after pg_terminate_backend
+    returns, and the client sees the socket close on a later turn of its event loop.
+    """
+    async with admin(url) as conn, asyncio.timeout(WAIT):
+        # Polling the server's and the client's view of a connection: there is no event to wait on.
+        while await conn.fetchval(  # noqa: ASYNC110
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1",
+            f"relaykit {store.namespace} guard %",
+        ):
+            await asyncio.sleep(0.01)
+        guard = store._db._lock_conn
+        while guard is not None and not guard.is_closed():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))}
+
+
+def relaykit_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "relaykit.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+        cwd=REPO,
+        check=False,
+    )
+
+
+async def table_names(url: str, namespace: str) -> set[str]:
+    async with admin(url) as conn:
+        rows = await conn.fetch("SELECT tablename FROM pg_tables WHERE tablename LIKE $1", f"{namespace}\\_%")
+    return {str(row[0]) for row in rows}
+
+
+# --- schema and migrations --------------------------------------------------------------------------------------
+
+
+async def test_concurrent_starts_create_the_schema_once(postgres_url: str, pg_namespace: str) -> None:
+    # Five replicas starting at once: one creates the schema under the advisory lock, the others wait for its
+    # commit and find it current. Without the lock, concurrent CREATE TABLEs would fail with duplicate errors.
+    stores = [PostgresTaskStore(postgres_url, namespace=pg_namespace, exclusive=False) for _ in range(5)]
+    try:
+        await asyncio.gather(*(store.start() for store in stores))
+        outcomes = sorted(store.migrated for store in stores if store.migrated is not None)
+        assert outcomes == [(0, SCHEMA_VERSION)] + [(SCHEMA_VERSION, SCHEMA_VERSION)] * 4
+        # Every replica works on the one schema.
+        await asyncio.gather(*(store.save(TaskRecord(make_task(f"t{i}", seconds=i))) for i, store in enumerate(stores)))
+        page = await stores[0].list(TaskQuery(page_size=10))
+        assert [t.id for t in page.tasks] == ["t4", "t3", "t2", "t1", "t0"]
+    finally:
+        await asyncio.gather(*(store.close() for store in stores))
+    assert await table_names(postgres_url, pg_namespace) == {
+        f"{pg_namespace}_tasks",
+        f"{pg_namespace}_push_configs",
+        f"{pg_namespace}_schema",
+    }
+    async with admin(postgres_url) as conn:
+        rows = await conn.fetch(f"SELECT id, version FROM {pg_namespace}_schema")
+    assert [tuple(row) for row in rows] == [(1, SCHEMA_VERSION)]
+
+
+async def test_concurrent_upgrades_and_starts_mix(postgres_url: str, pg_namespace: str) -> None:
+    stores = [PostgresTaskStore(postgres_url, namespace=pg_namespace, exclusive=False) for _ in range(3)]
+    try:
+        results = await asyncio.gather(
+            *(store.start() for store in stores), *(upgrade(postgres_url, namespace=pg_namespace) for _ in range(3))
+        )
+        upgrades = [r for r in results if r is not None]
+        outcomes = sorted([*upgrades, *(s.migrated for s in stores)])  # type: ignore[misc]
+        assert outcomes == [(0, SCHEMA_VERSION)] + [(SCHEMA_VERSION, SCHEMA_VERSION)] * 5
+    finally:
+        await asyncio.gather(*(store.close() for store in stores))
+
+
+async def test_a_newer_schema_is_refused(postgres_url: str, pg_namespace: str) -> None:
+    assert await upgrade(postgres_url, namespace=pg_namespace) == (0, SCHEMA_VERSION)
+    async with admin(postgres_url) as conn:
+        await conn.execute(f"UPDATE {pg_namespace}_schema SET version = $1", SCHEMA_VERSION + 1)
+    store = PostgresTaskStore(postgres_url, namespace=pg_namespace)
+    with pytest.raises(RuntimeError, match=r"newer than this relaykit supports.*upgrade relaykit"):
+        await store.start()
+    # The failed start released everything: the guard is free again.
+    async with opened(postgres_url, pg_namespace + "_x"):
+        pass
+    with pytest.raises(RuntimeError, match="schema version"):
+        await upgrade(postgres_url, namespace=pg_namespace)
+
+
+def test_db_upgrade_command(postgres_url: str, pg_namespace: str) -> None:
+    first = relaykit_cli("db", "upgrade", "--store", postgres_url, "--namespace", pg_namespace)
+    assert first.returncode == 0, first.stderr
+    assert f"namespace {pg_namespace}: schema version {SCHEMA_VERSION} (created)" in first.stdout
+
+    again = relaykit_cli("db", "upgrade", "--namespace", pg_namespace, "--store", postgres_url)
+    assert again.returncode == 0, again.stderr
+    assert f"schema version {SCHEMA_VERSION} (already current)" in again.stdout
+
+    # RELAYKIT_STORE stands in for --store.
+    env_run = subprocess.run(
+        [sys.executable, "-m", "relaykit.cli", "db", "upgrade", "--namespace", pg_namespace],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**child_env(), "RELAYKIT_STORE": postgres_url},
+        cwd=REPO,
+        check=False,
+    )
+    assert env_run.returncode == 0, env_run.stderr
+    assert "(already current)" in env_run.stdout
+
+
+def test_db_upgrade_command_errors(postgres_url: str, pg_namespace: str) -> None:
+    port = free_port()
+    parts = urlsplit(postgres_url)
+    down = urlunsplit(parts._replace(netloc=f"{parts.username or 'postgres'}:hunter2@127.0.0.1:{port}"))
+    unreachable = relaykit_cli("db", "upgrade", "--store", down, "--namespace", pg_namespace)
+    assert unreachable.returncode == 1
+    assert "cannot connect to the PostgreSQL store" in unreachable.stderr
+    assert "hunter2" not in unreachable.stderr  # passwords never reach messages
+
+    bad_namespace = relaykit_cli("db", "upgrade", "--store", postgres_url, "--namespace", "1bad-name")
+    assert bad_namespace.returncode == 1
+    assert "invalid namespace" in bad_namespace.stderr
+
+    env = {k: v for k, v in child_env().items() if k != "RELAYKIT_STORE"}
+    usage = subprocess.run(
+        [sys.executable, "-m", "relaykit.cli", "db", "upgrade"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert usage.returncode == 2
+    assert "no store given" in usage.stderr
+
+
+# --- optimistic concurrency between replicas --------------------------------------------------------------------
+
+
+async def test_concurrent_writers_of_one_task_exactly_one_wins(postgres_url: str, pg_namespace: str) -> None:
+    async with (
+        opened(postgres_url, pg_namespace, exclusive=False) as one,
+        opened(postgres_url, pg_namespace, exclusive=False) as two,
+    ):
+        await one.save(TaskRecord(make_task("t1")))
+        for round_ in range(20):
+            a = await one.get("t1")
+            b = await two.get("t1")
+            assert a is not None
+            assert b is not None
+            assert a.version == b.version
+            a.task.status = TaskStatus(state=TaskState.WORKING, timestamp=BASE + timedelta(seconds=2 * round_ + 1))
+            a.task.metadata = {"writer": "one"}
+            b.task.status = TaskStatus(state=TaskState.WORKING, timestamp=BASE + timedelta(seconds=2 * round_ + 2))
+            b.task.metadata = {"writer": "two"}
+            results = await asyncio.gather(one.save(a), two.save(b), return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            assert len(errors) == 1, results
+            assert isinstance(errors[0], ConflictError)
+            winner, loser = (a, b) if results[0] is None else (b, a)
+            assert winner.version == loser.version + 1
+            stored = await one.get("t1")
+            assert stored is not None
+            assert stored.version == winner.version
+            assert stored.task == winner.task
+
+
+async def test_concurrent_inserts_of_one_id_exactly_one_wins(postgres_url: str, pg_namespace: str) -> None:
+    async with (
+        opened(postgres_url, pg_namespace, exclusive=False) as one,
+        opened(postgres_url, pg_namespace, exclusive=False) as two,
+    ):
+        for i in range(20):
+            first = TaskRecord(make_task(f"t{i}", text="one"))
+            second = TaskRecord(make_task(f"t{i}", text="two"), tenant="other")
+            results = await asyncio.gather(one.save(first), two.save(second), return_exceptions=True)
+            assert sum(isinstance(r, ConflictError) for r in results) == 1, results
+            winner = first if results[0] is None else second
+            stored = await one.get(f"t{i}", tenant=winner.tenant)
+            assert stored is not None
+            assert stored.task == winner.task
+
+
+async def test_fail_orphans_beats_a_concurrent_stale_writer(postgres_url: str, pg_namespace: str) -> None:
+    async with opened(postgres_url, pg_namespace) as store:
+        for i in range(50):
+            await store.save(TaskRecord(make_task(f"t{i}", seconds=i)))
+        stale = [await store.get(f"t{i}") for i in range(50)]
+        for record in stale:
+            assert record is not None
+            record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=BASE + timedelta(hours=1))
+
+        async def write_all() -> list[BaseException | None]:
+            return list(await asyncio.gather(*(store.save(r) for r in stale if r is not None), return_exceptions=True))
+
+        failed, writes = await asyncio.gather(store.fail_orphans("server restarted"), write_all())
+        # Each task ends either COMPLETED by its writer (then not an orphan) or FAILED (then the write conflicted).
+        completed = sum(1 for w in writes if w is None)
+        assert all(w is None or isinstance(w, ConflictError) for w in writes)
+        assert failed + completed == 50
+        page = await store.list(TaskQuery(page_size=100))
+        states = [t.status.state for t in page.tasks]
+        assert states.count(TaskState.FAILED) == failed
+        assert states.count(TaskState.COMPLETED) == completed
+
+
+# --- the single-process guard -----------------------------------------------------------------------------------
+
+
+async def test_a_second_store_on_the_namespace_is_refused(postgres_url: str, pg_namespaces: Callable[[], str]) -> None:
+    namespace, other = pg_namespaces(), pg_namespaces()
+    async with opened(postgres_url, namespace) as first:
+        await first.save(TaskRecord(make_task("t1")))
+        second = PostgresTaskStore(postgres_url, namespace=namespace)
+        with pytest.raises(StoreInUseError) as refused:
+            await second.start()
+        message = str(refused.value)
+        assert "another relaykit process is using this PostgreSQL store" in message
+        assert namespace in message
+        assert "--bus redis://" in message
+        assert f"pid {os.getpid()}" in message  # who holds it (from the holder's application_name)
+        assert isinstance(refused.value, StoreLockedError)
+        await second.close()  # harmless: it never started
+
+        # Another namespace is another store; exclusive=False (the Redis bus) shares this one.
+        async with opened(postgres_url, other) as elsewhere:
+            assert await elsewhere.get("t1") is None
+        async with opened(postgres_url, namespace, exclusive=False) as replica:
+            assert await replica.get("t1") is not None
+
+        # The namespace is case-insensitive like its tables: a different spelling is the same store.
+        with pytest.raises(StoreInUseError):
+            await PostgresTaskStore(postgres_url, namespace=namespace.upper()).start()
+
+    # Released at close: the next process takes over.
+    async with opened(postgres_url, namespace) as successor:
+        assert await successor.get("t1") is not None
+
+
+async def test_a_second_relaykit_serve_is_refused(postgres_url: str, pg_namespace: str) -> None:
+    async with opened(postgres_url, pg_namespace):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "relaykit.cli",
+            "serve",
+            "examples/echo.py",
+            "--port",
+            str(free_port()),
+            "--store",
+            postgres_url,
+            "--namespace",
+            pg_namespace,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={k: v for k, v in child_env().items() if k not in ("RELAYKIT_BUS", "RELAYKIT_STORE")},
+            cwd=REPO,
+        )
+        try:
+            _, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    assert proc.returncode == 1, stderr.decode()
+    text = stderr.decode()
+    assert "another relaykit process is using this PostgreSQL store" in text
+    assert "--bus redis://" in text
+
+
+async def test_the_guard_is_taken_again_after_its_connection_dies(postgres_url: str, pg_namespace: str) -> None:
+    async with opened(postgres_url, pg_namespace) as store:
+        await store.save(TaskRecord(make_task("t1")))
+        assert await terminate_backends(postgres_url, pg_namespace) >= 2  # the pool's and the guard's
+        await wait_until_dropped(postgres_url, store)
+        # The next operation may see the dead connection; the one after works and holds the guard again.
+        with suppress(ServiceUnavailableError):
+            await store.get("t1")
+        assert await store.get("t1") is not None
+        with pytest.raises(StoreInUseError):
+            await PostgresTaskStore(postgres_url, namespace=pg_namespace).start()
+
+
+async def test_a_namespace_taken_over_while_the_guard_was_lost_stops_the_old_store(
+    postgres_url: str, pg_namespace: str
+) -> None:
+    async with opened(postgres_url, pg_namespace) as old:
+        await old.save(TaskRecord(make_task("t1")))
+        await terminate_backends(postgres_url, pg_namespace)
+        await wait_until_dropped(postgres_url, old)
+        async with opened(postgres_url, pg_namespace) as new:
+            with pytest.raises(ServiceUnavailableError, match="lost the single-process lock"):
+                await old.get("t1")
+            assert await new.get("t1") is not None
+        # The new owner is gone: the old store may take the namespace back.
+        assert await old.get("t1") is not None
+
+
+# --- sharing, durability ----------------------------------------------------------------------------------------
+
+
+async def test_open_store_and_open_push_store_share_one_pool(postgres_url: str, pg_namespace: str) -> None:
+    tasks = open_store(postgres_url, namespace=pg_namespace)
+    push = open_push_store(postgres_url, tasks)
+    assert isinstance(tasks, PostgresTaskStore)
+    assert isinstance(push, PostgresPushConfigStore)
+    assert push._db is tasks._db
+    assert tasks.exclusive
+    await tasks.start()
+    await push.start()
+    try:
+        await push.put(make_config("t1", "c1"))
+        await tasks.close()  # the push store still holds the pool
+        assert [c.id for c in await push.list("t1")] == ["c1"]
+    finally:
+        await push.close()
+        await tasks.close()
+    with pytest.raises(RuntimeError, match="not started"):
+        await push.list("t1")
+
+
+async def test_data_survives_close_and_reopen(postgres_url: str, pg_namespace: str) -> None:
+    async with opened(postgres_url, pg_namespace) as store:
+        push = PostgresPushConfigStore(store)
+        await push.start()
+        for i in range(5):
+            await store.save(TaskRecord(make_task(f"t{i}", seconds=i), tenant="acme", owner="alice"))
+        record = await store.get("t0", tenant="acme", owner="alice")
+        assert record is not None
+        record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=BASE + timedelta(seconds=9))
+        record.event_seq = 7
+        await store.save(record)
+        assert await store.delete("t4", tenant="acme", owner="alice")
+        await push.put(make_config("t1", "c1"), owner="alice")
+        await push.put(make_config("t1", "c2"), owner="alice")
+        await push.close()
+        expected = await store.get("t0", tenant="acme", owner="alice")
+
+    async with opened(postgres_url, pg_namespace) as store:
+        assert store.migrated == (SCHEMA_VERSION, SCHEMA_VERSION)
+        push = PostgresPushConfigStore(store)
+        await push.start()
+        got = await store.get("t0", tenant="acme", owner="alice")
+        assert got is not None
+        assert expected is not None
+        assert got.task == expected.task
+        assert (got.version, got.event_seq) == (2, 7)
+        assert await store.get("t4", tenant="acme", owner="alice") is None
+        page = await store.list(TaskQuery(tenant="acme", owner="alice"))
+        assert [t.id for t in page.tasks] == ["t0", "t3", "t2", "t1"]
+        assert [c.id for c in await push.list("t1", owner="alice")] == ["c1", "c2"]
+        await push.close()
+
+
+async def test_the_writers_body_is_stored_as_given(postgres_url: str, pg_namespace: str) -> None:
+    task = make_task("t1", text="hello")
+    body = task.to_json()
+    async with opened(postgres_url, pg_namespace) as store:
+        await store.save(TaskRecord(task, body=body))
+    async with admin(postgres_url) as conn:
+        stored = await conn.fetchval(f"SELECT body FROM {pg_namespace}_tasks WHERE id = 't1'")
+    assert stored == body
+
+
+async def test_ids_order_like_python_strings(postgres_url: str, pg_namespace: str) -> None:
+    # COLLATE "C": byte order of UTF-8, i.e. code point order, whatever the database's locale.
+    ids = ["a", "B", "b", "Z", "é", "ä", "a-1", "a_1", "A", "~", "日本", "😀", "0"]
+    async with opened(postgres_url, pg_namespace) as store:
+        for task_id in ids:
+            await store.save(TaskRecord(make_task(task_id)))
+        seen: list[str] = []
+        token = ""
+        while True:
+            page = await store.list(TaskQuery(page_size=4, page_token=token))
+            seen.extend(t.id for t in page.tasks)
+            token = page.next_page_token
+            if not token:
+                break
+    assert seen == sorted(ids, reverse=True)
+
+
+async def test_nul_characters_match_nothing(postgres_url: str, pg_namespace: str) -> None:
+    async with opened(postgres_url, pg_namespace) as store:
+        push = PostgresPushConfigStore(store)
+        await push.start()
+        await store.save(TaskRecord(make_task("t1")))
+        assert await store.get("t1\x00") is None
+        assert not await store.delete("t1", owner="x\x00")
+        assert (await store.list(TaskQuery(context_id="c\x00"))).tasks == []
+        with pytest.raises(ValueError, match="NUL"):
+            await store.save(TaskRecord(make_task("bad\x00id")))
+        assert await push.get("t1\x00", "c") is None
+        assert await push.list("t1\x00") == []
+        await push.close()
+
+
+async def test_list_uses_the_indexes(postgres_url: str, pg_namespace: str) -> None:
+    async with opened(postgres_url, pg_namespace) as store, admin(postgres_url) as conn:
+        # Enough rows (and fresh statistics) that the planner prefers the indexes on its own.
+        await conn.execute(
+            f"INSERT INTO {pg_namespace}_tasks (id, tenant, owner, context_id, state, status_ts, version, body) "
+            "SELECT 't' || i, '', 'o' || (i % 50), 'c' || (i % 500), 'TASK_STATE_COMPLETED', i, 1, '\\x7b7d' "
+            "FROM generate_series(1, 20000) AS i"
+        )
+        await conn.execute(f"ANALYZE {pg_namespace}_tasks")
+        plans = {}
+        for name, query in {
+            "owner": TaskQuery(owner="o7", page_size=20),
+            "context": TaskQuery(owner="o7", context_id="c57", page_size=20),
+        }.items():
+            sql, params = store.list_statement(query)
+            rows = await conn.fetch("EXPLAIN " + sql, *params)
+            plans[name] = "\n".join(str(row[0]) for row in rows)
+    assert f"{pg_namespace}_tasks_list" in plans["owner"], plans["owner"]
+    assert f"{pg_namespace}_tasks_context" in plans["context"], plans["context"]
+    for plan in plans.values():
+        assert "Seq Scan" not in plan, plan
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://u:secret@db:5433/agents", "postgresql://u:***@db:5433/agents"),
+        ("postgres://:secret@db/agents", "postgres://:***@db/agents"),
+        (
+            "postgresql://db/agents?user=u&password=secret&sslmode=require",
+            "postgresql://db/agents?user=u&password=***&sslmode=require",
+        ),
+        ("postgresql://u@db/agents", "postgresql://u@db/agents"),
+    ],
+)
+def test_messages_never_show_the_password(dsn: str, shown: str) -> None:
+    assert redact(dsn) == shown
+    assert PostgresTaskStore(dsn)._db.where == shown
+
+
+# --- outages ----------------------------------------------------------------------------------------------------
+
+
+async def test_unreachable_server_at_start_is_a_clear_error(pg_namespace: str, postgres_url: str) -> None:
+    parts = urlsplit(postgres_url)
+    down = urlunsplit(parts._replace(netloc=f"{parts.username or 'postgres'}:pw@127.0.0.1:{free_port()}"))
+    store = PostgresTaskStore(down, namespace=pg_namespace)
+    with pytest.raises(ServiceUnavailableError, match=r"cannot connect to the PostgreSQL store") as refused:
+        await store.start()
+    assert ":***@127.0.0.1" in str(refused.value)
+    assert "pw@" not in str(refused.value)
+    with pytest.raises(RuntimeError, match="not started"):
+        await store.get("t1")
+
+
+async def test_a_connection_killed_mid_operation_raises_then_recovers(postgres_url: str, pg_namespace: str) -> None:
+    async with opened(postgres_url, pg_namespace) as store:
+        await store.save(TaskRecord(make_task("t1")))
+        async with admin(postgres_url) as blocker:
+            # Hold the table so the store's next read waits on the server, in flight.
+            tx = blocker.transaction()
+            await tx.start()
+            await blocker.execute(f"LOCK TABLE {pg_namespace}_tasks IN ACCESS EXCLUSIVE MODE")
+            in_flight = asyncio.ensure_future(store.get("t1"))
+            async with admin(postgres_url) as watcher:
+                async with asyncio.timeout(WAIT):
+                    # Polling the server's view of another connection: there is no event to wait on.
+                    while not await watcher.fetchval(  # noqa: ASYNC110
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1 "
+                        "AND wait_event_type = 'Lock'",
+                        f"relaykit {pg_namespace} %",
+                    ):
+                        await asyncio.sleep(0.01)
+            await terminate_backends(postgres_url, pg_namespace)
+            with pytest.raises(ServiceUnavailableError, match="is unavailable") as lost:
+                await asyncio.wait_for(in_flight, WAIT)
+            assert isinstance(lost.value.__cause__, asyncpg.PostgresConnectionError | asyncpg.PostgresError | OSError)
+            await tx.rollback()
+        # The pool replaces the dead connection by itself (and the guard is taken again).
+        got = await store.get("t1")
+        assert got is not None
+        page = await store.list(TaskQuery())
+        assert [t.id for t in page.tasks] == ["t1"]
+
+
+class _Proxy:
+    """A TCP proxy to the test server that can be cut (every connection reset, port closed) and restored."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._pumps: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port, reuse_address=True)
+
+    async def cut(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+        for pump in list(self._pumps):
+            pump.cancel()
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+        if server is not None:
+            await server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        if writer not in self._writers:  # cut while connecting upstream
+            writer.transport.abort()
+            up_writer.transport.abort()
+            return
+        self._writers.add(up_writer)
+        for src, dst in ((reader, up_writer), (up_reader, writer)):
+            pump = asyncio.ensure_future(self._pump(src, dst))
+            self._pumps.add(pump)
+            pump.add_done_callback(self._pumps.discard)
+
+    @staticmethod
+    async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            dst.transport.abort()
+
+
+async def test_server_outage_then_recovery(postgres_url: str, pg_namespace: str) -> None:
+    parts = urlsplit(postgres_url)
+    proxy = _Proxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    await proxy.start()
+    netloc = parts.netloc.rpartition("@")
+    via_proxy = urlunsplit(parts._replace(netloc=f"{netloc[0]}{netloc[1]}127.0.0.1:{proxy.port}"))
+    try:
+        async with opened(via_proxy, pg_namespace, max_size=3) as store:
+            push = PostgresPushConfigStore(store)
+            await push.start()
+            await store.save(TaskRecord(make_task("t1")))
+
+            await proxy.cut()  # the server is gone: connections reset, new ones refused
+            for attempt in range(3):
+                with pytest.raises(ServiceUnavailableError, match=r"PostgreSQL store .* is unavailable"):
+                    await store.get("t1")
+                with pytest.raises(ServiceUnavailableError):
+                    await store.list(TaskQuery())
+                with pytest.raises(ServiceUnavailableError):
+                    await push.list("t1")
+                with pytest.raises(ServiceUnavailableError):
+                    await store.save(TaskRecord(make_task(f"during-{attempt}")))
+
+            await proxy.start()  # back: the next operations reconnect by themselves
+            record = await store.get("t1")
+            assert record is not None
+            record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=BASE + timedelta(seconds=5))
+            await store.save(record)
+            assert [t.id for t in (await store.list(TaskQuery())).tasks] == ["t1"]
+            await push.put(make_config("t1", "c1"))
+            assert [c.id for c in await push.list("t1")] == ["c1"]
+            await push.close()
+    finally:
+        await proxy.cut()

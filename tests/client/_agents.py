@@ -1,0 +1,209 @@
+"""relaykit agents and apps the client tests serve with ``relaykit serve tests/client/_agents.py:NAME``.
+
+``kitchen`` (executor) / ``kitchen_app`` (with an extended card, webhooks to 127.0.0.1 allowed): the same behaviour
+as ``_sdk_server.py``:
+
+  text T                -> Task COMPLETED with one artifact (text T)
+  'stream N [D]'        -> N artifact chunks of one artifact ('chunk 0' ...), D ms apart (default 0), then COMPLETED
+  'slow N'              -> WORKING, N chunks ('slow 0' ...) 0.2 s apart, then COMPLETED (subscribe / cancel tests)
+  'ask ...'             -> INPUT_REQUIRED 'What is your name?'; the follow-up A on that task -> COMPLETED 'got: A'
+  'message T'           -> a bare Message 'you said: T' (no task)
+  'fail' / 'reject' / 'auth' -> FAILED / REJECTED / AUTH_REQUIRED with a status message
+  'silent'              -> returns without publishing anything (the caller gets InvalidAgentResponseError)
+
+``strict_app``: the kitchen with a card that requires the extension ``REQUIRED_EXTENSION`` and advertises an
+extended card without configuring one (ExtensionSupportRequiredError / ExtendedAgentCardNotConfiguredError).
+
+``raising_app``: the kitchen whose request handler raises, on demand, any error of the table through the protocol
+(an executor cannot: the engine turns executor exceptions into FAILED tasks):
+
+* GetTask / CancelTask / SubscribeToTask with id ``raise-<ErrorClassName>`` raise it (for SubscribeToTask, before
+  the first event); ``raise-crash`` raises a plain RuntimeError (the binding answers InternalError);
+* SendStreamingMessage with text ``raise-mid-<ErrorClassName>`` sends the first event, then fails the stream with it
+  (an SSE ``event: error`` frame);
+* its request body limit is ``MAX_BODY`` bytes (a larger message gets HTTP 413).
+
+Apps read their public URL from ``RELAYKIT_TEST_PUBLIC_URL`` (set by ``_procs.start_relaykit``).
+"""
+
+import asyncio
+import os
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from relaykit import AgentExecutor, Message, RequestContext, TaskState, TaskUpdater
+from relaykit import errors as rk_errors
+from relaykit._card import AgentCapabilities, AgentCard, AgentExtension, AgentSkill
+from relaykit.http import create_app
+from relaykit.server import EventQueue
+from relaykit.server._handler import RequestHandler
+
+PUBLIC_URL = os.environ.get("RELAYKIT_TEST_PUBLIC_URL", "http://127.0.0.1:8000")
+REQUIRED_EXTENSION = "urn:relaykit-test:required/v1"
+MAX_BODY = 256 * 1024
+STREAM_RE = re.compile(r"^stream (\d+)(?: (\d+))?")
+SLOW_RE = re.compile(r"^slow (\d+)")
+
+
+class Kitchen(AgentExecutor):
+    """Dispatches on the message text (see the module docstring)."""
+
+    async def execute(self, context: RequestContext, queue: EventQueue) -> None:
+        updater = TaskUpdater(queue, context)
+        text = context.text
+        task = context.task
+        if task is None and text.startswith("message "):
+            await queue.enqueue_event(
+                Message.agent(f"you said: {text[len('message ') :]}", context_id=context.context_id)
+            )
+            return
+        if task is not None and task.status.state is TaskState.INPUT_REQUIRED:
+            await updater.artifact(f"got: {text}", artifact_id="answer", name="answer")
+            await updater.complete()
+            return
+        if text == "silent":
+            return
+        if text.startswith("ask"):
+            await updater.requires_input("What is your name?")
+            return
+        if text == "fail":
+            await updater.fail("it failed")
+            return
+        if text == "reject":
+            await updater.reject("rejected")
+            return
+        if text == "auth":
+            await updater.requires_auth("sign in first")
+            return
+        m = STREAM_RE.match(text)
+        if m:
+            n, delay = int(m.group(1)), int(m.group(2) or 0) / 1000
+            await updater.working()
+            for i in range(n):
+                if delay:
+                    await asyncio.sleep(delay)
+                await updater.artifact(
+                    f"chunk {i}", artifact_id="stream", name="stream", append=i > 0, last_chunk=i == n - 1
+                )
+            await updater.complete()
+            return
+        m = SLOW_RE.match(text)
+        if m:
+            n = int(m.group(1))
+            await updater.working()
+            for i in range(n):
+                await asyncio.sleep(0.2)
+                await updater.artifact(
+                    f"slow {i}", artifact_id="slow", name="slow", append=i > 0, last_chunk=i == n - 1
+                )
+            await updater.complete()
+            return
+        await updater.artifact(text, artifact_id="echo", name="echo")
+        await updater.complete()
+
+
+kitchen = Kitchen()
+
+
+def _card(name: str, *, extensions: list[AgentExtension] | None = None, extended: bool | None = None) -> AgentCard:
+    return AgentCard(
+        name=name,
+        description="client test agent",
+        version="1.0.0",
+        skills=[AgentSkill(id="echo", name="echo", description="echoes text", tags=["echo"])],
+        capabilities=AgentCapabilities(extensions=extensions or [], extended_agent_card=extended),
+    )
+
+
+def _raise(name: str, message: str) -> None:
+    if name == "crash":
+        raise RuntimeError("a bug in the handler")
+    cls = getattr(rk_errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, rk_errors.A2AError)):
+        raise rk_errors.InvalidParamsError(f"no error class {name!r}")
+    raise cls(message)
+
+
+class RaisingHandler(RequestHandler):
+    """Raises the error an id (``raise-Name``) or a streamed text (``raise-mid-Name``) names.
+
+    (No ``:`` in these ids: REST puts the id in the path, where ``:`` starts the ``:cancel`` / ``:subscribe`` verb.)
+    """
+
+    async def dispatch(self, method: str, request: Any, call: Any) -> Any:
+        task_id = getattr(request, "id", "")
+        if isinstance(task_id, str) and task_id.startswith("raise-"):
+            _raise(task_id.removeprefix("raise-"), "raised on request")
+        return await super().dispatch(method, request, call)
+
+    async def subscribe_to_task(self, request: Any, call: Any, last_event_id: int | None = None) -> Any:
+        if request.id.startswith("raise-"):
+            _raise(request.id.removeprefix("raise-"), "raised on request")
+        return await super().subscribe_to_task(request, call, last_event_id)
+
+    async def send_streaming_message(self, request: Any, call: Any) -> Any:
+        text = request.message.text
+        items = await super().send_streaming_message(request, call)
+        if not text.startswith("raise-mid-"):
+            return items
+        return self._fail_after_first(items, text.removeprefix("raise-mid-"))
+
+    @staticmethod
+    async def _fail_after_first(items: Any, name: str) -> AsyncIterator[Any]:
+        try:
+            yield await anext(items)
+        finally:
+            await items.aclose()
+        _raise(name, "raised mid-stream")
+
+
+_FACTORIES = {
+    "kitchen_app": lambda: create_app(
+        kitchen,
+        card=_card("relaykit-kitchen"),
+        store="memory",
+        public_url=PUBLIC_URL,
+        grace=1.0,
+        push_allow=("127.0.0.1",),  # the tests' webhooks are on 127.0.0.1 (nobody listens: deliveries just fail)
+        extended_card=_card("relaykit-kitchen (extended)").model_copy(
+            update={
+                "skills": [
+                    AgentSkill(id="echo", name="echo", description="echoes text", tags=["echo"]),
+                    AgentSkill(id="secret", name="secret", description="extended-only skill", tags=["x"]),
+                ]
+            }
+        ),
+    ),
+    "strict_app": lambda: create_app(
+        kitchen,
+        card=_card(
+            "relaykit-strict",
+            extensions=[AgentExtension(uri=REQUIRED_EXTENSION, description="must be activated", required=True)],
+            extended=True,
+        ),
+        store="memory",
+        public_url=PUBLIC_URL,
+        grace=1.0,
+    ),
+    "raising_app": lambda: _raising_app(),
+}
+
+
+def _raising_app() -> Any:
+    app = create_app(
+        kitchen, card=_card("relaykit-raising"), store="memory", public_url=PUBLIC_URL, grace=1.0, max_body=MAX_BODY
+    )
+    # The bindings hold this handler object: giving it the raising class changes what they call, nothing else.
+    app.state.relaykit.handler.__class__ = RaisingHandler
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    # Apps are built on first use, so serving one does not build (and start engines for) the others.
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise AttributeError(name)
+    app = factory()
+    globals()[name] = app
+    return app

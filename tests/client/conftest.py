@@ -1,0 +1,90 @@
+"""Fixtures for the client tests: server processes (session-scoped, started on first use, stopped at the end) and
+small helpers shared by the test modules.
+
+Servers (each a separate process on 127.0.0.1, see ``_procs.py``):
+
+* ``kitchen_server``: ``relaykit serve tests/client/_agents.py:kitchen_app`` (push on, extended card configured);
+* ``sdk_server``: ``python tests/client/_sdk_server.py`` (a2a-sdk 1.3.0, the same behaviour);
+* ``nopush_server``: the kitchen executor served with ``--no-push``;
+* ``strict_server``: ``strict_app`` (a required extension; an extended card advertised but not configured);
+* ``raising_server``: ``raising_app`` (its handler raises any error of the table on demand).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from client._procs import ServerProcess, start_relaykit, start_sdk
+
+AGENTS = "tests/client/_agents.py"
+
+
+class _Servers:
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.running: dict[str, ServerProcess] = {}
+
+    def get(self, key: str, start: Callable[[Path], ServerProcess]) -> ServerProcess:
+        server = self.running.get(key)
+        if server is None or server.proc.poll() is not None:
+            server = start(self.log_dir)
+            self.running[key] = server
+        return server
+
+    def stop_all(self) -> None:
+        for server in self.running.values():
+            with contextlib.suppress(Exception):
+                server.stop()
+        self.running.clear()
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Servers]:
+    registry = _Servers(tmp_path_factory.mktemp("client-servers"))
+    try:
+        yield registry
+    finally:
+        registry.stop_all()
+
+
+@pytest.fixture(scope="session")
+def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("client-logs")
+
+
+@pytest.fixture(scope="session")
+def kitchen_server(servers: _Servers) -> ServerProcess:
+    return servers.get("kitchen", lambda d: start_relaykit(f"{AGENTS}:kitchen_app", d))
+
+
+@pytest.fixture(scope="session")
+def sdk_server(servers: _Servers) -> ServerProcess:
+    return servers.get("sdk", lambda d: start_sdk(d))
+
+
+@pytest.fixture(scope="session")
+def nopush_server(servers: _Servers) -> ServerProcess:
+    return servers.get("nopush", lambda d: start_relaykit(f"{AGENTS}:kitchen", d, args=["--no-push"]))
+
+
+@pytest.fixture(scope="session")
+def strict_server(servers: _Servers) -> ServerProcess:
+    return servers.get("strict", lambda d: start_relaykit(f"{AGENTS}:strict_app", d))
+
+
+@pytest.fixture(scope="session")
+def raising_server(servers: _Servers) -> ServerProcess:
+    return servers.get("raising", lambda d: start_relaykit(f"{AGENTS}:raising_app", d))
+
+
+BINDINGS = [pytest.param("JSONRPC", id="jsonrpc"), pytest.param("HTTP+JSON", id="rest")]
+
+
+@pytest.fixture(params=BINDINGS)
+def binding(request: pytest.FixtureRequest) -> str:
+    """The transport a test forces with ``Client(url, transports=[binding])``."""
+    return str(request.param)
