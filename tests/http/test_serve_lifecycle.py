@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO_ROOT, ServerFactory, ServerProcess
+from _servers import REPO_ROOT, ServerFactory, ServerProcess
 
 HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 SLOW = {"SLOW_SECONDS": "60"}

@@ -194,8 +194,17 @@ class A2AServer:
         await send_bytes(send, 200, b'{"status":"ok"}', b"application/json")
 
     async def readyz(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # CONTRACT: ready = serving, not draining, and the store reachable (a store with a ping() is asked; the
+        # embedded stores are in-process and reachable whenever they are started).
         ready = self.started and not self.draining and self.engine.accepting
-        body = b'{"status":"ready"}' if ready else b'{"status":"not ready"}'
+        reason = b"not started or draining"
+        ping = getattr(self.engine.store, "ping", None)
+        if ready and ping is not None:
+            try:
+                await asyncio.wait_for(ping(), timeout=2.0)
+            except Exception:
+                ready, reason = False, b"store unreachable"
+        body = b'{"status":"ready"}' if ready else b'{"status":"not ready","reason":"' + reason + b'"}'
         await send_bytes(send, 200 if ready else 503, body, b"application/json")
 
 

@@ -207,6 +207,13 @@ class RequestHandler:
 
     # --- push configs ------------------------------------------------------------------------------------
 
+    async def _push_scope(self, tenant: str, task_id: str, call: CallContext) -> str:
+        """Every push-config operation's preamble: push enabled, the task visible to the caller; the tenant to use."""
+        self._require_push()
+        tenant = tenant or call.tenant
+        await self._visible_task(task_id, tenant, call)
+        return tenant
+
     async def _visible_task(self, task_id: str, tenant: str, call: CallContext) -> None:
         if not task_id:
             raise InvalidParamsError("taskId is required", field_violations=[("taskId", "required")])
@@ -216,9 +223,7 @@ class RequestHandler:
         self, request: TaskPushNotificationConfig, call: CallContext
     ) -> TaskPushNotificationConfig:
         """CreateTaskPushNotificationConfig: the server assigns an id when none is given."""
-        self._require_push()
-        tenant = request.tenant or call.tenant
-        await self._visible_task(request.task_id, tenant, call)
+        tenant = await self._push_scope(request.tenant, request.task_id, call)
         if not request.url:
             raise InvalidParamsError("url is required", field_violations=[("url", "required")])
         if self.push_url_check is not None:
@@ -231,9 +236,7 @@ class RequestHandler:
         self, request: GetTaskPushNotificationConfigRequest, call: CallContext
     ) -> TaskPushNotificationConfig:
         """GetTaskPushNotificationConfig; a missing config answers TaskNotFoundError (spec §5.10)."""
-        self._require_push()
-        tenant = request.tenant or call.tenant
-        await self._visible_task(request.task_id, tenant, call)
+        tenant = await self._push_scope(request.tenant, request.task_id, call)
         config = await self.push_store.get(request.task_id, request.id, tenant=tenant, owner=call.user)
         if config is None:
             raise TaskNotFoundError(
@@ -247,17 +250,13 @@ class RequestHandler:
         self, request: ListTaskPushNotificationConfigsRequest, call: CallContext
     ) -> ListTaskPushNotificationConfigsResponse:
         """ListTaskPushNotificationConfigs (one page: a task has few configs)."""
-        self._require_push()
-        tenant = request.tenant or call.tenant
-        await self._visible_task(request.task_id, tenant, call)
+        tenant = await self._push_scope(request.tenant, request.task_id, call)
         configs = await self.push_store.list(request.task_id, tenant=tenant, owner=call.user)
         return ListTaskPushNotificationConfigsResponse(configs=configs)
 
     async def delete_push_config(self, request: DeleteTaskPushNotificationConfigRequest, call: CallContext) -> None:
         """DeleteTaskPushNotificationConfig: idempotent."""
-        self._require_push()
-        tenant = request.tenant or call.tenant
-        await self._visible_task(request.task_id, tenant, call)
+        tenant = await self._push_scope(request.tenant, request.task_id, call)
         await self.push_store.delete(request.task_id, request.id, tenant=tenant, owner=call.user)
 
     # --- cards -------------------------------------------------------------------------------------------
