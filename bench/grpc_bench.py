@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+
 from relaykit._grpc_gen import a2a_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[1]

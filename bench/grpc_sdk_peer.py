@@ -23,6 +23,7 @@ import re
 import signal
 import sys
 
+import grpc
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler, GrpcHandler
@@ -38,8 +39,6 @@ from a2a.types import (
     TaskStatus,
     a2a_pb2_grpc,
 )
-
-import grpc
 
 STREAM = re.compile(r"^stream (\d+)")
 HOLD_SECONDS = 60.0

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import grpc
 import pytest
 from a2a.client import Client, ClientConfig, ClientFactory
 from a2a.types import (
@@ -43,7 +44,6 @@ from a2a.utils.errors import (
 )
 from grpc_test_agents import Interop
 
-import grpc
 from relaykit import _card
 from relaykit.grpc import to_proto
 

@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 
-import grpc
 from relaykit._grpc_gen import a2a_pb2 as pb
 from relaykit._types import Task, TaskState, TaskStatusUpdateEvent
 from relaykit.client import Client

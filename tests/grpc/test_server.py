@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import grpc
 import pytest
 from google.protobuf import descriptor_pb2
 from google.rpc import error_details_pb2, status_pb2
@@ -17,7 +18,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_test_agents import Interop
 
-import grpc
 from relaykit._card import AgentCapabilities, AgentCard, AgentExtension
 from relaykit._grpc_gen import a2a_pb2 as pb
 from relaykit.grpc import FIRST_EVENT_ID, LAST_EVENT_ID, RESUME_FROM, SERVICE_NAME, GrpcServer
