@@ -60,6 +60,7 @@ import asyncpg
 from relaykit._errors import ServiceUnavailableError
 from relaykit._types import Task, TaskPushNotificationConfig, TaskState
 from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord
+from relaykit.backends._handle import AttachedStore
 from relaykit.backends._memory import failed_status
 from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
 from relaykit.backends._sqlite import StoreLockedError
@@ -420,7 +421,7 @@ async def _close_quietly(conn: Any) -> None:
 # --- the task store ---------------------------------------------------------------------------------------------
 
 
-class PostgresTaskStore:
+class PostgresTaskStore(AttachedStore[_Database]):
     """Tasks in PostgreSQL tables ``<namespace>_*``; several replicas may share them (with the Redis bus).
 
     >>> store = PostgresTaskStore("postgresql://postgres@127.0.0.1:5432/test", namespace="demo")
@@ -494,16 +495,6 @@ class PostgresTaskStore:
     def migrated(self) -> tuple[int, int] | None:
         """``(schema version found, schema version now)`` of the migration run at ``start()``."""
         return self._db.migrated
-
-    async def start(self) -> None:
-        if not self._started:
-            await self._db.acquire()
-            self._started = True
-
-    async def close(self) -> None:
-        if self._started:
-            self._started = False
-            await self._db.release()
 
     async def ping(self) -> None:
         """One round trip to the server; ``ServiceUnavailableError`` when it is unreachable (for readiness)."""
@@ -670,7 +661,7 @@ class PostgresTaskStore:
 # --- the push-config store --------------------------------------------------------------------------------------
 
 
-class PostgresPushConfigStore:
+class PostgresPushConfigStore(AttachedStore[_Database]):
     """Push configs in ``<namespace>_push_configs``, next to the tasks.
 
     Pass the ``PostgresTaskStore`` to share its pool (the normal case); given a URL it opens its own pool and takes
@@ -716,16 +707,6 @@ class PostgresPushConfigStore:
     def namespace(self) -> str:
         """The table prefix (lower case)."""
         return self._db.namespace
-
-    async def start(self) -> None:
-        if not self._started:
-            await self._db.acquire()
-            self._started = True
-
-    async def close(self) -> None:
-        if self._started:
-            self._started = False
-            await self._db.release()
 
     async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
         if _has_nul(config.tenant, owner, config.task_id, config.id):

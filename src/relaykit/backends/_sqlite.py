@@ -56,6 +56,7 @@ from relaykit.backends._base import (
     TaskQuery,
     TaskRecord,
 )
+from relaykit.backends._handle import AttachedStore
 from relaykit.backends._memory import failed_status, from_epoch
 from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
 
@@ -320,7 +321,7 @@ class _Database:
                 os.close(fd)
 
 
-class SQLiteTaskStore:
+class SQLiteTaskStore(AttachedStore[_Database]):
     """Tasks in one SQLite file (WAL), owned by this process while started.
 
     >>> store = SQLiteTaskStore("relaykit.db")
@@ -357,16 +358,6 @@ class SQLiteTaskStore:
     def namespace(self) -> str:
         """The table prefix."""
         return self._db.namespace
-
-    async def start(self) -> None:
-        if not self._started:
-            await self._db.acquire()
-            self._started = True
-
-    async def close(self) -> None:
-        if self._started:
-            self._started = False
-            await self._db.release()
 
     async def get(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> TaskRecord | None:
         def job(conn: sqlite3.Connection) -> TaskRecord | None:
@@ -478,7 +469,7 @@ class SQLiteTaskStore:
         return await self._db.run(job)
 
 
-class SQLitePushConfigStore:
+class SQLitePushConfigStore(AttachedStore[_Database]):
     """Push configs in the same SQLite file as the tasks.
 
     Pass the ``SQLiteTaskStore`` to share its connection, thread and owner lock (the normal case); given a
@@ -510,16 +501,6 @@ class SQLitePushConfigStore:
     def path(self) -> str:
         """The absolute path of the database file."""
         return self._db.path
-
-    async def start(self) -> None:
-        if not self._started:
-            await self._db.acquire()
-            self._started = True
-
-    async def close(self) -> None:
-        if self._started:
-            self._started = False
-            await self._db.release()
 
     async def any_configs(self) -> bool:
         """Whether any config is stored (the push sender hooks the engine only once one may exist)."""
@@ -563,7 +544,7 @@ class SQLitePushConfigStore:
         return await self._db.run(job)
 
 
-class SQLitePushOutbox:
+class SQLitePushOutbox(AttachedStore[_Database]):
     """The push outbox in the same SQLite file as the tasks (``<ns>_push_outbox``, ``<ns>_push_health``).
 
     Like ``SQLitePushConfigStore`` it shares the task store's file, connection, thread and owner lock when given
@@ -629,16 +610,6 @@ class SQLitePushOutbox:
     def path(self) -> str:
         """The absolute path of the database file."""
         return self._db.path
-
-    async def start(self) -> None:
-        if not self._started:
-            await self._db.acquire()
-            self._started = True
-
-    async def close(self) -> None:
-        if self._started:
-            self._started = False
-            await self._db.release()
 
     async def commit(self, changes: OutboxChanges) -> None:
         # Rows are built now, at call time: the caller keeps mutating its entries while the write waits its turn.
