@@ -149,6 +149,7 @@ def build_app(args: argparse.Namespace) -> Any:
         grace=args.grace,
         keepalive=args.keepalive,
         retention=args.retention,
+        access_log=args.access_log,
         namespace=args.namespace,
         push_allow=tuple(args.push_allow),
         **_push_kwargs(args),
@@ -171,7 +172,7 @@ def run_serve(args: argparse.Namespace) -> int:
             port=args.port,
             reload=True,
             log_level=args.log_level,
-            access_log=args.access_log,
+            access_log=False,
         )
         return 0
     try:
@@ -184,7 +185,8 @@ def run_serve(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         log_level=args.log_level,
-        access_log=args.access_log,
+        # relaykit writes its own access line (operation, task id, outcome, duration) instead of uvicorn's.
+        access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=max(1, int(args.grace) + 1),
     )

@@ -13,6 +13,8 @@ import contextlib
 import hashlib
 import inspect
 import logging
+import re
+import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import formatdate
@@ -129,6 +131,8 @@ class A2AServer:
         self.draining = False
         self._lock = asyncio.Lock()
         self._purger: asyncio.Task[None] | None = None
+        # One access line per request (CONTRACT: operation, task id, outcome, duration; off by default).
+        self.access_log = False
         # Webhook targets opened past the SSRF guard (--push-allow), read by push delivery.
         self.push_allow: tuple[str, ...] = ()
         # Push delivery (None when push is off): started after the stores, stopped after the engine drained.
@@ -219,7 +223,48 @@ class _Guarded:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self.server.started:
             await self.server.start()
-        await self.app(scope, receive, send)
+        if not self.server.access_log:
+            await self.app(scope, receive, send)
+            return
+        await _logged(self.app, scope, receive, send)
+
+
+_ACCESS = logging.getLogger("relaykit.access")
+_NEW_TASK_ID = re.compile(rb'^\{"task":\{"id":"([^"]{1,200})"')
+_RPC_ERROR = re.compile(rb'"error":\{"code":(-?\d+)')
+
+
+async def _logged(app: Any, scope: Scope, receive: Receive, send: Send) -> None:
+    """Run ``app`` and log one line: operation, task id, outcome, duration (CONTRACT: never message content)."""
+    started = time.perf_counter()
+    seen: dict[str, Any] = {"status": 0, "head": b""}
+
+    async def watching(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            seen["status"] = message["status"]
+        elif message["type"] == "http.response.body" and not seen["head"]:
+            seen["head"] = bytes(message.get("body", b""))[:300]
+        await send(message)
+
+    try:
+        await app(scope, receive, watching)
+    finally:
+        head: bytes = seen["head"]
+        task = scope.get("relaykit.task", "")
+        if not task:
+            found = _NEW_TASK_ID.match(head) or re.search(rb'"result":\{"task":\{"id":"([^"]{1,200})"', head)
+            task = found.group(1).decode() if found else "-"
+        error = _RPC_ERROR.search(head)
+        outcome = f"error {error.group(1).decode()}" if error else ("ok" if seen["status"] < 400 else "error")
+        _ACCESS.info(
+            "%s %s task=%s status=%s outcome=%s %.1fms",
+            scope.get("method", "-"),
+            scope.get("relaykit.op", scope.get("path", "-")),
+            task,
+            seen["status"],
+            outcome,
+            (time.perf_counter() - started) * 1000,
+        )
 
 
 class _Endpoint:
@@ -254,6 +299,7 @@ def create_app(
     max_subscribers: int = 64,
     replay: int = 1000,
     retention: float | None = None,
+    access_log: bool = False,
     namespace: str = "relaykit",
     push_allow: tuple[str, ...] = (),
     push_events: PushEvents = "all",
@@ -320,6 +366,7 @@ def create_app(
     )
     handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card)
     server = A2AServer(engine, handler, grace=grace, retention=retention)
+    server.access_log = access_log
     server.push_allow = push_allow
     server.push_sender = sender
     if sender is not None:

@@ -41,6 +41,7 @@ __all__ = [
     "read_body",
     "send_bytes",
     "stream_sse",
+    "tag_request",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -141,6 +142,19 @@ async def send_bytes(
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *extra]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def tag_request(scope: Scope, operation: str, request: Any) -> None:
+    """Note the operation and the task it concerns on the scope, for the access line (never any content)."""
+    task_id = getattr(request, "id", "") if operation in _TASK_ID_OPS else getattr(request, "task_id", "")
+    if not task_id:
+        message = getattr(request, "message", None)
+        task_id = getattr(message, "task_id", "") if message is not None else ""
+    scope["relaykit.op"] = operation
+    scope["relaykit.task"] = task_id
+
+
+_TASK_ID_OPS = frozenset({"GetTask", "CancelTask", "SubscribeToTask"})
 
 
 def call_context(scope: Scope, tenant: str = "") -> CallContext:

@@ -37,6 +37,7 @@ from relaykit.http._asgi import (
     read_body,
     send_bytes,
     stream_sse,
+    tag_request,
 )
 from relaykit.server._handler import RequestHandler
 
@@ -110,6 +111,7 @@ class JSONRPCBinding:
                 request = op.request.model_validate(params)
             except ValidationError as exc:
                 raise invalid_params(exc) from None
+            tag_request(scope, op.name, request)
             call = call_context(scope, getattr(request, "tenant", ""))
             self.handler.negotiate_extensions(call)
             if op.streaming:

@@ -30,6 +30,7 @@ from relaykit.http._asgi import (
     read_body,
     send_bytes,
     stream_sse,
+    tag_request,
 )
 from relaykit.http._jsonrpc import invalid_params, last_event_id
 from relaykit.server._handler import RequestHandler
@@ -138,6 +139,7 @@ class RESTBinding:
                 request = route.op.request.model_validate(params)
             except ValidationError as exc:
                 raise invalid_params(exc) from None
+            tag_request(scope, route.op.name, request)
             call = call_context(scope, path_params.get("tenant", ""))
             self.handler.negotiate_extensions(call)
             op = route.op
