@@ -93,10 +93,10 @@ async def test_card_fresh_within_max_age(card_server: MiniHTTP) -> None:
 
 async def test_card_revalidated_after_max_age(card_server: MiniHTTP) -> None:
     async with asyncio.timeout(T), httpx.AsyncClient() as http:
-        resolver = CardResolver(http)
+        now = [1000.0]
+        resolver = CardResolver(http, clock=lambda: now[0])
         first = await resolver.get(card_server.url + "/short")
-        # Wait out the 1 s max-age (wall-clock freshness, nothing in-process to synchronise with).
-        await asyncio.sleep(1.1)
+        now[0] += 1.5  # step the resolver's clock past the 1 s max-age
         second = await resolver.get(card_server.url + "/short")
     assert second == first
     assert [r.path for r in card_server.requests] == ["/short/.well-known/agent-card.json"] * 2

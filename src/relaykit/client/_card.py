@@ -15,7 +15,7 @@ import binascii
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,15 +48,17 @@ class _Cached:
 class CardResolver:
     """Fetches and caches agent cards (RFC 9111 freshness + ETag revalidation)."""
 
-    def __init__(self, http: httpx.AsyncClient) -> None:
+    def __init__(self, http: httpx.AsyncClient, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.http = http
+        # Freshness is judged by this clock (monotonic seconds); tests pass their own to step past max-age.
+        self.clock = clock
         self._cache: dict[str, _Cached] = {}
 
     async def get(self, url: str, *, headers: dict[str, str] | None = None) -> AgentCard:
         """The card at ``url`` (a base URL or the card's own URL)."""
         target = card_url(url)
         cached = self._cache.get(target)
-        if cached is not None and cached.expires > time.monotonic():
+        if cached is not None and cached.expires > self.clock():
             return cached.card
         request_headers = dict(headers or {})
         if cached is not None and cached.etag:
@@ -69,12 +71,12 @@ class CardResolver:
             raise A2AConnectionError(f"cannot fetch the agent card at {target}: {exc}") from exc
         max_age = _max_age(response.headers.get("cache-control", ""))
         if response.status_code == 304 and cached is not None:
-            cached.expires = time.monotonic() + max_age
+            cached.expires = self.clock() + max_age
             return cached.card
         if response.status_code != 200:
             raise A2AInvalidCardError(f"{target} answered HTTP {response.status_code}, not an agent card")
         card = parse_card(response.content, target)
-        self._cache[target] = _Cached(card, response.headers.get("etag"), time.monotonic() + max_age)
+        self._cache[target] = _Cached(card, response.headers.get("etag"), self.clock() + max_age)
         return card
 
 
