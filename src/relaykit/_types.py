@@ -11,7 +11,7 @@ Invariants checked at construction (so nothing malformed enters the engine or le
 
 from __future__ import annotations
 
-import uuid
+import os
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
@@ -52,8 +52,16 @@ __all__ = [
 
 
 def new_id() -> str:
-    """A fresh opaque identifier (UUID4 text), as the spec suggests for task, context and message ids."""
-    return str(uuid.uuid4())
+    """A fresh opaque identifier (UUID4 text), as the spec suggests for task, context and message ids.
+
+    Formatted straight from 16 random bytes (version 4, RFC 4122 variant): the same ids as ``str(uuid.uuid4())``
+    at less than half the cost, and a request makes three of them.
+    """
+    h = os.urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+
+
+_VARIANT = "89ab"
 
 
 class _ProtoEnum(StrEnum):
