@@ -1,0 +1,333 @@
+"""The PostgreSQL connection machinery: one pool per URL and namespace (``Database``), the single-process guard,
+outage mapping to ``ServiceUnavailableError``, and the administration entry points (``upgrade``, ``drop_namespace``).
+
+The stores (``_postgres.PostgresTaskStore``, ``_pg_push.PostgresPushConfigStore``) run every operation through
+``Database.run(job)``, the one place where a lost server becomes ``ServiceUnavailableError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+
+from relaykit._errors import ServiceUnavailableError
+from relaykit.backends._pg_schema import check_namespace, lock_key, migrate
+from relaykit.backends._sqlite import StoreLockedError
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "UNAVAILABLE",
+    "Database",
+    "StoreInUseError",
+    "close_quietly",
+    "connect_once",
+    "connection_lost",
+    "describe",
+    "drop_namespace",
+    "has_nul",
+    "redact",
+    "rowcount",
+    "upgrade",
+]
+
+_T = TypeVar("_T")
+
+CONNECT_TIMEOUT = 10.0
+"""Seconds a connection attempt may take before the server counts as unreachable."""
+
+# What "the server is not there (any more)" looks like: the socket (refused, reset, timed out, DNS), the
+# protocol (connection closed in the middle of an operation: class 08), the server going away or not taking
+# connections yet (class 57: admin/crash shutdown, starting up, statement cancelled) or out of resources
+# (class 53: too many connections, disk full), and a primary that became a read-only standby.
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.ReadOnlySQLTransactionError,
+)
+
+
+class StoreInUseError(StoreLockedError):
+    """Another relaykit process serves this PostgreSQL namespace with the in-process bus (one process only)."""
+
+
+def redact(dsn: str) -> str:
+    """``dsn`` with its password (in the authority or a ``password=`` parameter) replaced by ``***``."""
+    try:
+        parts = urlsplit(dsn)
+        netloc = parts.netloc
+        if parts.password is not None:
+            netloc = f"{parts.username or ''}:***@{netloc.rpartition('@')[2]}"
+        query = parts.query
+        if query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+            if any(key == "password" for key, _ in pairs):
+                query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="*")
+    except ValueError:
+        return "<unparsable PostgreSQL URL>"
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def has_nul(*values: str) -> bool:
+    return any("\x00" in value for value in values)
+
+
+def rowcount(status: str) -> int:
+    # asyncpg returns the command tag: "INSERT 0 1", "UPDATE 3", "DELETE 0".
+    return int(status.rpartition(" ")[2] or 0)
+
+
+async def _keep_session(conn: Any) -> None:
+    # Pool connections are released as they were acquired: the store never changes session state (no SET, no
+    # LISTEN, no session-level advisory lock, no open cursor), and asyncpg rolls back a transaction left open
+    # itself. Skipping asyncpg's default reset query saves one round trip on every operation.
+    return None
+
+
+def _application_name(namespace: str, role: str) -> str:
+    # Shown in pg_stat_activity (and in the refusal a second process prints); the server truncates to 63 bytes.
+    return f"relaykit {namespace} {role} pid {os.getpid()}@{socket.gethostname()}"
+
+
+class Database:
+    """One PostgreSQL URL and namespace: the pool, the single-process guard, the schema."""
+
+    def __init__(
+        self,
+        dsn: str,
+        namespace: str,
+        *,
+        pool: Any = None,
+        min_size: int,
+        max_size: int,
+        exclusive: bool,
+        connect_timeout: float,
+    ) -> None:
+        self.dsn = dsn
+        self.where = redact(dsn)
+        self.namespace = check_namespace(namespace)
+        self.exclusive = exclusive
+        self._external_pool = pool
+        self._min_size = min_size
+        self._max_size = max_size
+        self._connect_timeout = connect_timeout
+        self._users = 0
+        self._guard = asyncio.Lock()
+        self._pool: Any = None
+        self._lock_conn: Any = None
+        self._relock = asyncio.Lock()
+        # (version found, version now) of the migration this object ran at start.
+        self.migrated: tuple[int, int] | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+
+    async def acquire(self) -> None:
+        """Open for one more user (the first opens the pool, takes the guard, migrates)."""
+        async with self._guard:
+            if self._users == 0:
+                await self._open()
+            self._users += 1
+
+    async def release(self) -> None:
+        """Drop one user (the last releases the guard and closes the pool)."""
+        async with self._guard:
+            self._users -= 1
+            if self._users == 0:
+                await self._close()
+
+    async def _open(self) -> None:
+        try:
+            # The guard first, so a refused second process never touches the schema.
+            if self.exclusive:
+                await self._take_lock(starting=True)
+            if self._external_pool is not None:
+                self._pool = self._external_pool
+            else:
+                self._pool = await asyncpg.create_pool(
+                    self.dsn,
+                    min_size=self._min_size,
+                    max_size=self._max_size,
+                    timeout=self._connect_timeout,
+                    reset=_keep_session,
+                    server_settings={"application_name": _application_name(self.namespace, "pool")},
+                )
+            async with self._pool.acquire() as conn:
+                self.migrated = await migrate(conn, self.namespace, self.where)
+        except BaseException as exc:
+            await self._close()
+            if isinstance(exc, UNAVAILABLE):
+                raise ServiceUnavailableError(
+                    f"cannot connect to the PostgreSQL store {self.where}: {describe(exc)}"
+                ) from exc
+            if isinstance(exc, asyncpg.PostgresError):
+                raise RuntimeError(f"cannot open the PostgreSQL store {self.where}: {exc}") from exc
+            raise
+
+    async def _close(self) -> None:
+        pool, self._pool = self._pool, None
+        lock_conn, self._lock_conn = self._lock_conn, None
+        try:
+            if pool is not None and pool is not self._external_pool:
+                # Waits for operations still running on acquired connections.
+                await pool.close()
+        finally:
+            # Released only after the pool is closed: the next owner must find the namespace quiescent.
+            if lock_conn is not None:
+                await close_quietly(lock_conn)
+
+    # --- the single-process guard ---------------------------------------------------------------------------
+
+    async def _take_lock(self, *, starting: bool) -> None:
+        key = lock_key("serve", self.namespace)
+        conn = await asyncpg.connect(
+            self.dsn,
+            timeout=self._connect_timeout,
+            server_settings={"application_name": _application_name(self.namespace, "guard")},
+        )
+        try:
+            if await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
+                self._lock_conn = conn
+                return
+            holder = await conn.fetchval(
+                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.granted AND l.database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid AND l.objsubid = 1",
+                (key >> 32) & 0xFFFFFFFF,
+                key & 0xFFFFFFFF,
+            )
+        except BaseException:
+            await close_quietly(conn)
+            raise
+        await close_quietly(conn)
+        by = f" (held by {holder!r})" if holder else ""
+        message = (
+            f"another relaykit process is using this PostgreSQL store (namespace {self.namespace!r} at "
+            f"{self.where}){by}; with the in-process bus only one process may serve a namespace: "
+            "use --bus redis://… to run several, or another --namespace"
+        )
+        if starting:
+            raise StoreInUseError(message)
+        raise ServiceUnavailableError(f"lost the single-process lock of the PostgreSQL store: {message}")
+
+    async def _ensure_lock(self) -> None:
+        # The guard's session lock dies with its connection (server restart, pg_terminate_backend, network):
+        # take it again before doing anything else, so two processes never share a namespace unnoticed.
+        async with self._relock:
+            lock_conn = self._lock_conn
+            if lock_conn is not None and not lock_conn.is_closed():
+                return
+            self._lock_conn = None
+            if lock_conn is not None:
+                await close_quietly(lock_conn)
+            await self._take_lock(starting=False)
+
+    # --- operations -----------------------------------------------------------------------------------------
+
+    async def run(self, job: Callable[[Any], Awaitable[_T]]) -> _T:
+        """Run ``job(connection)`` on a pooled connection; a lost server becomes ``ServiceUnavailableError``."""
+        pool = self._pool
+        if pool is None:
+            raise RuntimeError(f"the PostgreSQL store {self.where} is not started (or already closed)")
+        try:
+            if self.exclusive and (self._lock_conn is None or self._lock_conn.is_closed()):
+                await self._ensure_lock()
+            async with pool.acquire() as conn:
+                try:
+                    return await job(conn)
+                except Exception as exc:
+                    if not connection_lost(exc, conn):
+                        raise
+                    # Never hand a connection in doubt back to the pool: the next acquire opens a fresh one. (A
+                    # connection that closed itself is already detached from its proxy: nothing to do.)
+                    with contextlib.suppress(asyncpg.InterfaceError):
+                        conn.terminate()
+                    raise self._unavailable(exc) from exc
+        except UNAVAILABLE as exc:
+            # Acquiring: the pool could not open a connection (or the guard's).
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: BaseException) -> ServiceUnavailableError:
+        return ServiceUnavailableError(f"the PostgreSQL store {self.where} is unavailable: {describe(exc)}")
+
+
+def connection_lost(exc: BaseException, conn: Any) -> bool:
+    if isinstance(exc, UNAVAILABLE):
+        return True
+    # The server's FATAL "terminating connection" can reach asyncpg just before the socket closes; an operation
+    # started in between fails on the protocol state (InternalClientError) or on the closed connection.
+    if isinstance(exc, asyncpg.exceptions.InternalClientError):
+        return True
+    if not isinstance(exc, asyncpg.InterfaceError):
+        return False
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:
+        return True  # the proxy was detached because the connection closed
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, TimeoutError) and not text:
+        return "connection timed out"
+    return text or type(exc).__name__
+
+
+async def close_quietly(conn: Any) -> None:
+    try:
+        await asyncio.wait_for(conn.close(), timeout=CONNECT_TIMEOUT)
+    except Exception:
+        conn.terminate()
+
+
+# --- administration ---------------------------------------------------------------------------------------------
+
+
+async def connect_once(dsn: str, connect_timeout: float) -> Any:
+    try:
+        return await asyncpg.connect(dsn, timeout=connect_timeout)
+    except UNAVAILABLE as exc:
+        raise ServiceUnavailableError(f"cannot connect to the PostgreSQL store {redact(dsn)}: {describe(exc)}") from exc
+
+
+async def upgrade(
+    dsn: str, *, namespace: str = "relaykit", connect_timeout: float = CONNECT_TIMEOUT
+) -> tuple[int, int]:
+    """Create or migrate the schema of ``namespace`` (``relaykit db upgrade``); returns (version found, now).
+
+    Safe while servers run on the namespace: it takes the same migration lock as their ``start()`` and not the
+    single-process guard.
+    """
+    namespace = check_namespace(namespace)
+    conn = await connect_once(dsn, connect_timeout)
+    try:
+        return await migrate(conn, namespace, redact(dsn))
+    finally:
+        await close_quietly(conn)
+
+
+async def drop_namespace(dsn: str, namespace: str, *, connect_timeout: float = CONNECT_TIMEOUT) -> list[str]:
+    """Drop every table of ``namespace`` (``<namespace>_*``); returns their names. Destructive: tests and benches."""
+    namespace = check_namespace(namespace)
+    conn = await connect_once(dsn, connect_timeout)
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key("migrate", namespace))
+            rows: Sequence[Any] = await conn.fetch(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE $1",
+                namespace.replace("_", "\\_") + "\\_%",
+            )
+            names = [str(row[0]) for row in rows]
+            if names:
+                await conn.execute(f"DROP TABLE IF EXISTS {', '.join(names)} CASCADE")
+        return names
+    finally:
+        await close_quietly(conn)

@@ -1,0 +1,104 @@
+"""The PostgreSQL push-config store: configs in ``<namespace>_push_configs``, next to the tasks (see ``_postgres``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from relaykit._types import TaskPushNotificationConfig
+from relaykit.backends._handle import AttachedStore
+from relaykit.backends._pg_db import CONNECT_TIMEOUT, Database, has_nul, rowcount
+
+if TYPE_CHECKING:
+    from relaykit.backends._postgres import PostgresTaskStore
+
+__all__ = ["PostgresPushConfigStore"]
+
+
+class PostgresPushConfigStore(AttachedStore[Database]):
+    """Push configs in ``<namespace>_push_configs``, next to the tasks.
+
+    Pass the ``PostgresTaskStore`` to share its pool (the normal case); given a URL it opens its own pool and takes
+    no single-process guard (that belongs to the task store). ``put`` of an existing (tenant, owner, task id,
+    config id) replaces the config in place: it keeps its position in ``list``.
+    """
+
+    def __init__(
+        self,
+        tasks_or_dsn: PostgresTaskStore | str,
+        *,
+        namespace: str = "relaykit",
+        pool: Any = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> None:
+        if not isinstance(tasks_or_dsn, str):
+            self._db = tasks_or_dsn._db
+        else:
+            self._db = Database(
+                tasks_or_dsn,
+                namespace,
+                pool=pool,
+                min_size=min_size,
+                max_size=max_size,
+                exclusive=False,
+                connect_timeout=connect_timeout,
+            )
+        self._started = False
+        p = f"{self._db.namespace}_push_configs"
+        # seq (an identity column) numbers configs in insertion order; the upsert leaves it alone, so a replaced
+        # config keeps its place, and a config deleted then put again goes last.
+        self._sql_put = (
+            f"INSERT INTO {p} (tenant, owner, task_id, id, body) VALUES ($1, $2, $3, $4, $5) "
+            "ON CONFLICT (tenant, owner, task_id, id) DO UPDATE SET body = excluded.body"
+        )
+        self._sql_get = f"SELECT body FROM {p} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND id = $4"
+        self._sql_list = f"SELECT body FROM {p} WHERE tenant = $1 AND owner = $2 AND task_id = $3 ORDER BY seq"
+        self._sql_delete = f"DELETE FROM {p} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND id = $4"
+
+    @property
+    def namespace(self) -> str:
+        """The table prefix (lower case)."""
+        return self._db.namespace
+
+    async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
+        if has_nul(config.tenant, owner, config.task_id, config.id):
+            raise ValueError("the PostgreSQL store cannot hold a push config id or scope containing NUL")
+        body = config.to_json()
+
+        async def job(conn: Any) -> None:
+            await conn.execute(self._sql_put, config.tenant, owner, config.task_id, config.id, body)
+
+        await self._db.run(job)
+
+    async def get(
+        self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous"
+    ) -> TaskPushNotificationConfig | None:
+        if has_nul(task_id, config_id, tenant, owner):
+            return None
+
+        async def job(conn: Any) -> Any:
+            return await conn.fetchval(self._sql_get, tenant, owner, task_id, config_id)
+
+        body = await self._db.run(job)
+        return TaskPushNotificationConfig.from_json(body) if body is not None else None
+
+    async def list(
+        self, task_id: str, *, tenant: str = "", owner: str = "anonymous"
+    ) -> list[TaskPushNotificationConfig]:
+        if has_nul(task_id, tenant, owner):
+            return []
+
+        async def job(conn: Any) -> list[Any]:
+            return list(await conn.fetch(self._sql_list, tenant, owner, task_id))
+
+        return [TaskPushNotificationConfig.from_json(row[0]) for row in await self._db.run(job)]
+
+    async def delete(self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
+        if has_nul(task_id, config_id, tenant, owner):
+            return False
+
+        async def job(conn: Any) -> str:
+            return str(await conn.execute(self._sql_delete, tenant, owner, task_id, config_id))
+
+        return rowcount(await self._db.run(job)) > 0
