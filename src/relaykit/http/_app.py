@@ -34,7 +34,7 @@ from relaykit._card import (
     AgentSkill,
 )
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
-from relaykit.backends._bus import LocalEventBus
+from relaykit.backends._bus import EventBus, LocalEventBus
 from relaykit.backends._url import open_push_store, open_store
 from relaykit.http._asgi import Receive, Scope, Send, header, send_bytes
 from relaykit.http._jsonrpc import JSONRPCBinding
@@ -283,7 +283,7 @@ def create_app(
     card: AgentCard | None = None,
     store: TaskStore | str = "memory",
     push_store: PushConfigStore | None = None,
-    bus: LocalEventBus | None = None,
+    bus: EventBus | None = None,
     public_url: str = "http://localhost:8000",
     grpc_url: str | None = None,
     push: bool = True,

@@ -22,7 +22,7 @@ __all__ = ["ActiveTask", "PendingRequest"]
 class PendingRequest:
     """One message waiting for, or in, execution, with the futures its caller awaits."""
 
-    __slots__ = ("call", "configuration", "done", "first", "message", "metadata", "started", "tap")
+    __slots__ = ("call", "configuration", "done", "first", "message", "metadata", "rerun", "started", "tap")
 
     def __init__(
         self,
@@ -46,6 +46,9 @@ class PendingRequest:
         # Streaming callers get a tap opened by the runner just before the execution starts.
         self.started: asyncio.Future[Tap] | None = loop.create_future() if streaming else None
         self.tap: Tap | None = None
+        # A re-run of a message already in the task's history (an idempotent executor taking over a lost worker's
+        # task): it is not appended again.
+        self.rerun = False
 
     def resolve(self, fut: asyncio.Future[Any], value: Any) -> None:
         if not fut.done():
@@ -78,6 +81,7 @@ class ActiveTask:
         "last_yield",
         "message_mode",
         "owner",
+        "provisional",
         "record",
         "requests",
         "runner",
@@ -91,6 +95,9 @@ class ActiveTask:
         self.tenant = tenant
         self.owner = owner
         self.record = record
+        # The SUBMITTED row another replica stored when it accepted the message that starts this task (scale-out):
+        # the execution treats the task as new (a Message reply is still allowed) and writes over that row.
+        self.provisional: TaskRecord | None = None
         self.requests: deque[PendingRequest] = deque()
         self.runner: asyncio.Task[None] | None = None
         self.current: PendingRequest | None = None

@@ -46,7 +46,7 @@ from relaykit._types import (
     stream_json,
 )
 from relaykit.backends._base import TaskRecord, TaskStore
-from relaykit.backends._bus import LocalEventBus
+from relaykit.backends._bus import EventBus, LocalEventBus
 from relaykit.backends._memory import MemoryTaskStore
 from relaykit.server._active import ActiveTask, PendingRequest
 from relaykit.server._context import CallContext, RequestContext
@@ -98,7 +98,7 @@ class TaskEngine(Readers):
         executor: AgentExecutor,
         *,
         store: TaskStore | None = None,
-        bus: LocalEventBus | None = None,
+        bus: EventBus | None = None,
         executor_timeout: float | None = None,
         cancel_grace: float = 0.0,
         max_concurrent: int = 1000,
@@ -111,7 +111,7 @@ class TaskEngine(Readers):
     ) -> None:
         self.executor = executor
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
-        self.bus = bus if bus is not None else LocalEventBus()
+        self.bus: EventBus = bus if bus is not None else LocalEventBus()
         self.executor_timeout = executor_timeout
         self.cancel_grace = cancel_grace
         self.max_concurrent = max_concurrent
@@ -123,6 +123,11 @@ class TaskEngine(Readers):
         # Hook for push delivery: called with (task_id, tenant, owner, seq, event, data) after each publish.
         self.on_event = on_event
         self.registry: dict[str, ActiveTask] = {}
+        # Scale-out (``relaykit.server.Cluster``): sends, streams and cancels go through the work queue, and the
+        # cluster learns when this process stops running a task (to release its claim).
+        self.cluster: Any = None
+        self.on_idle: Any = None
+        self._remote_bus = not isinstance(self.bus, LocalEventBus)
         self._running = 0
         self._accepting = False
         self._started = False
@@ -136,11 +141,17 @@ class TaskEngine(Readers):
         """Open the store and bus; mark tasks a dead process left active FAILED. Returns how many."""
         await self.store.start()
         await self.bus.start()
+        if self.cluster is not None:
+            # Replicas share the store: a task left active is recovered by lease (the cluster's sweeper), never by
+            # a blanket "server restarted" that would fail the tasks other live replicas are running.
+            recover = False
         recovered = await self.store.fail_orphans("server restarted") if recover else 0
         if recovered:
             log.warning("marked %d task(s) left active by a previous process as FAILED", recovered)
         self._accepting = True
         self._started = True
+        if self.cluster is not None:
+            await self.cluster.start()
         return recovered
 
     async def shutdown(self, grace: float = 5.0) -> None:
@@ -148,6 +159,8 @@ class TaskEngine(Readers):
         if not self._started:
             return
         self._accepting = False
+        if self.cluster is not None:
+            await self.cluster.stop_intake()
         if self.registry:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), timeout=grace)
@@ -165,6 +178,8 @@ class TaskEngine(Readers):
             await self.executor.on_shutdown()
         except Exception:
             log.exception("executor on_shutdown failed")
+        if self.cluster is not None:
+            await self.cluster.close()
         await self.bus.close()
         await self.store.close()
         self._started = False
@@ -217,6 +232,11 @@ class TaskEngine(Readers):
             context_id = message.context_id or new_id()
             message.context_id = context_id
             active = ActiveTask(new_id(), context_id, tenant, owner, None)
+        pending = PendingRequest(message, request.configuration, request.metadata, call, streaming=streaming)
+        self._enqueue(active, pending)
+        return pending
+
+    def _enqueue(self, active: ActiveTask, pending: PendingRequest) -> None:
         if len(active.requests) >= self.max_queued:
             raise ResourceExhaustedError(
                 f"task {active.task_id} already has {self.max_queued} messages waiting; retry later"
@@ -225,14 +245,52 @@ class TaskEngine(Readers):
             raise ResourceExhaustedError(
                 f"the server is running its limit of {self.max_concurrent} executions; retry later"
             )
-        pending = PendingRequest(message, request.configuration, request.metadata, call, streaming=streaming)
         self.registry[active.task_id] = active
         self._idle.clear()
         active.requests.append(pending)
         if active.runner is None:
             self._running += 1
             active.runner = asyncio.create_task(self._run(active), name=f"relaykit-task-{active.task_id}")
+
+    def admit_claimed(
+        self,
+        request: SendMessageRequest,
+        call: CallContext,
+        record: TaskRecord,
+        *,
+        fresh: bool = False,
+        rerun: bool = False,
+    ) -> PendingRequest:
+        """Run a message taken from the work queue (scale-out) on a task this process has claimed.
+
+        ``record`` is the task as stored at the claim. ``fresh``: it is the SUBMITTED row the accepting replica
+        wrote for a new task (the execution treats the task as new). ``rerun``: the message is already in the
+        task's history (an idempotent executor re-running a lost worker's execution).
+        """
+        if not self._accepting:
+            raise ServiceUnavailableError("server is shutting down; retry against another instance")
+        task = record.task
+        active = self.registry.get(task.id)
+        if active is None:
+            if fresh:
+                active = ActiveTask(task.id, task.context_id, record.tenant, record.owner, None)
+                active.provisional = record
+            else:
+                active = ActiveTask(task.id, task.context_id, record.tenant, record.owner, record)
+        message = request.message
+        message.context_id = active.context_id
+        pending = PendingRequest(message, request.configuration, request.metadata, call)
+        pending.rerun = rerun
+        self._enqueue(active, pending)
         return pending
+
+    async def fail_lost(self, record: TaskRecord, reason: str) -> Task:
+        """Mark a claimed task whose runner died FAILED with ``reason`` (persisted, then published)."""
+        active = ActiveTask(record.task.id, record.task.context_id, record.tenant, record.owner, record)
+        await self.bus.prepare(active.task_id, record.event_seq)
+        await self._write_status(active, TaskState.FAILED, reason)
+        self.bus.forget(active.task_id)
+        return copy_task(record.task)
 
     async def send(self, request: SendMessageRequest, call: CallContext | None = None) -> Task | Message:
         """SendMessage: blocking (until terminal or interrupted) unless ``configuration.returnImmediately``."""
@@ -242,6 +300,8 @@ class TaskEngine(Readers):
     async def send_raw(self, request: SendMessageRequest, call: CallContext | None = None) -> bytes | Message:
         """``send``, with a task answered as its ProtoJSON bytes (as just persisted), so a binding can relay it
         without decoding and re-encoding it."""
+        if self.cluster is not None:
+            return await self.cluster.send(request, call or CallContext())  # type: ignore[no-any-return]
         pending = await self._admit(request, call or CallContext(), streaming=False)
         config = request.configuration
         fut = pending.first if config is not None and config.return_immediately else pending.done
@@ -291,6 +351,8 @@ class TaskEngine(Readers):
                 del self.registry[active.task_id]
             if not self.registry:
                 self._idle.set()
+            if self.on_idle is not None:
+                self.on_idle(active)
 
     def _abandon(self, active: ActiveTask, pending: PendingRequest) -> None:
         error = InternalError("the server could not record this task; try again")
@@ -326,11 +388,15 @@ class TaskEngine(Readers):
         message = pending.message
         task = active.task
         body: bytes | None = None
+        if self._remote_bus:
+            # The shared log may be ahead of the stored task (chunks published before their checkpoint).
+            await self.bus.prepare(active.task_id, self._base_seq(active))
         if task is not None:
             # A continuation: the user's message joins the history now; it is persisted with the next status write.
             message.task_id = task.id
-            task.history.append(message)
-            active.dirty = True
+            if not pending.rerun:
+                task.history.append(message)
+                active.dirty = True
             body = task.to_json()
         context = RequestContext(
             task_id=active.task_id,
@@ -343,7 +409,7 @@ class TaskEngine(Readers):
         )
         active.context = context
         if pending.started is not None and not pending.started.done():
-            tap, _ = self.bus.open(active.task_id, base_seq=self._base_seq(active))
+            tap, _ = await self.bus.open(active.task_id, base_seq=self._base_seq(active))
             pending.tap = tap
             pending.resolve(pending.started, tap)
             # Let the streaming caller reach its tap before the first event, so that event goes out at once.
@@ -450,6 +516,10 @@ class TaskEngine(Readers):
                 event.context_id = active.context_id
             # A bare Message reply belongs to no task (the task id was only provisional).
             event.task_id = ""
+            if active.provisional is not None:
+                # The accepting replica stored the task before the agent chose to reply with a Message: remove it.
+                provisional, active.provisional = active.provisional, None
+                await self.store.delete(provisional.task.id, tenant=provisional.tenant, owner=provisional.owner)
             await self._emit(active, event, None, persist=False)
             pending.resolve(pending.first, event)
             return
@@ -509,7 +579,9 @@ class TaskEngine(Readers):
                 status=TaskStatus(state=TaskState.SUBMITTED, timestamp=utc_now()),
                 history=[message],
             )
-        active.record = TaskRecord(task, active.tenant, active.owner, 0, self.bus.last_seq(active.task_id))
+        provisional, active.provisional = active.provisional, None
+        version = provisional.version if provisional is not None else 0  # write over the accepted row
+        active.record = TaskRecord(task, active.tenant, active.owner, version, self.bus.last_seq(active.task_id))
         await self._emit(active, None, None, persist=True)
         pending.resolve(pending.first, self._body(active))
 
@@ -560,7 +632,15 @@ class TaskEngine(Readers):
                 isinstance(event, TaskStatusUpdateEvent | Task) and event.status.state in TERMINAL
             )
         bus = self.bus
-        seq = await bus.publish(active.task_id, event, data, terminal=terminal, base_seq=self._base_seq(active))
+        current = active.current
+        seq = await bus.publish(
+            active.task_id,
+            event,
+            data,
+            terminal=terminal,
+            base_seq=self._base_seq(active),
+            execution=current.message.message_id if current is not None else "",
+        )
         if active.record is not None:
             active.record.event_seq = seq
         if self.on_event is not None:
@@ -641,6 +721,13 @@ class TaskEngine(Readers):
         """CancelTask: CANCELED is persisted before this returns; a terminal task raises TaskNotCancelableError."""
         call = call or CallContext()
         tenant = tenant or call.tenant
+        if self.cluster is not None:
+            return await self.cluster.cancel(task_id, call, tenant)  # type: ignore[no-any-return]
+        return await self.cancel_here(task_id, call, tenant)
+
+    async def cancel_here(self, task_id: str, call: CallContext, tenant: str) -> Task:
+        """Cancel with what this process holds: its running execution of the task, or the stored task (which the
+        caller has claimed, in scale-out)."""
         while (active := self._visible(task_id, tenant, call.user)) is not None and active.current and active.runner:
             assert active.task is not None
             if active.task.status.state in TERMINAL:
@@ -659,6 +746,8 @@ class TaskEngine(Readers):
             raise TaskNotCancelableError(f"task {task_id} is already {record.task.status.state.name}", task_id=task_id)
         # Not executing (interrupted, or between messages): run cancel() and write CANCELED here.
         idle = ActiveTask(task_id, record.task.context_id, tenant, call.user, record)
+        if self._remote_bus:
+            await self.bus.prepare(task_id, record.event_seq)
         context = RequestContext(
             task_id=task_id,
             context_id=record.task.context_id,

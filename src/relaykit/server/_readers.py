@@ -15,7 +15,7 @@ from relaykit._errors import ResourceExhaustedError, TaskNotFoundError, Unsuppor
 from relaykit._state import INTERRUPTED, TERMINAL
 from relaykit._types import Message, SendMessageRequest, StreamResponse, Task, TaskStatusUpdateEvent
 from relaykit.backends._base import TaskRecord, TaskStore
-from relaykit.backends._bus import END, LocalEventBus, Tap, TapOverflowError
+from relaykit.backends._bus import END, EventBus, Tap, TapOverflowError
 from relaykit.server._active import ActiveTask, PendingRequest
 from relaykit.server._context import CallContext
 
@@ -34,9 +34,10 @@ class Readers:
     """Mixed into ``TaskEngine``: everything that reads a task's events."""
 
     registry: dict[str, ActiveTask]
-    bus: LocalEventBus
+    bus: EventBus
     store: TaskStore
     max_subscribers: int
+    cluster: Any
 
     async def _admit(self, request: SendMessageRequest, call: CallContext, *, streaming: bool) -> PendingRequest:
         raise NotImplementedError  # provided by TaskEngine
@@ -44,7 +45,10 @@ class Readers:
     def stream(self, request: SendMessageRequest, call: CallContext | None = None) -> EventStream:
         """SendStreamingMessage: the events of this message's execution, ending when it ends."""
         holder = EventStream()
-        holder.items = self._stream(request, call or CallContext(), holder)
+        if self.cluster is not None:
+            holder.items = self.cluster.stream(request, call or CallContext(), holder)
+        else:
+            holder.items = self._stream(request, call or CallContext(), holder)
         return holder
 
     async def _stream(
@@ -83,17 +87,19 @@ class Readers:
                 # The reader fell behind and its tap was cut off: refill it from the replay ring, or, when the ring no
                 # longer reaches back that far, restart it from a snapshot of the task (live, or as stored once the
                 # task is no longer executing; a reader must never wait forever for events it already missed).
-                if self.bus.reopen(tap):
+                if await self.bus.reopen(tap):
                     continue
                 resync = await self._resync(tap.task_id, tenant, owner)
                 if resync is None:
                     return
                 floor, snap = resync
-                tap.last_seq = max(tap.last_seq, floor)
                 yield (floor, snap, StreamResponse(task=snap).to_json())
                 state = snap.status.state
                 if state in TERMINAL or (not until_terminal and state in INTERRUPTED):
                     return
+                # Go on from the snapshot with whatever the log still holds after it.
+                tap.fill((), max(tap.last_seq, floor))
+                await self.bus.reopen(tap, lenient=True)
                 continue
             if item is END:
                 return
@@ -190,15 +196,15 @@ class Readers:
         if self.bus.tap_count(task_id) >= self.max_subscribers:
             raise ResourceExhaustedError(f"task {task_id} already has {self.max_subscribers} subscribers")
         if last_event_id is not None:
-            tap, gap = self.bus.open(task_id, after=last_event_id, base_seq=stored_seq)
+            tap, gap = await self.bus.open(task_id, after=last_event_id, base_seq=stored_seq)
             if not gap:
                 return _Subscription(self._subscription(tap, None, tenant, call.user), self.bus, tap)
             self.bus.close_tap(tap)
         # From the snapshot: it stands for every event up to ``stored_seq``; replay whatever came after it.
-        tap, gap = self.bus.open(task_id, after=stored_seq, base_seq=stored_seq)
+        tap, gap = await self.bus.open(task_id, after=stored_seq, base_seq=stored_seq)
         if gap:
             self.bus.close_tap(tap)
-            tap, _ = self.bus.open(task_id, base_seq=stored_seq)
+            tap, _ = await self.bus.open(task_id, base_seq=stored_seq)
             stored_seq = tap.last_seq
         return _Subscription(self._subscription(tap, (stored_seq, snapshot), tenant, call.user), self.bus, tap)
 
@@ -248,7 +254,7 @@ class _Subscription:
 
     __slots__ = ("_bus", "_items", "_tap")
 
-    def __init__(self, items: AsyncGenerator[StreamItem, None], bus: LocalEventBus, tap: Tap) -> None:
+    def __init__(self, items: AsyncGenerator[StreamItem, None], bus: EventBus, tap: Tap) -> None:
         self._items = items
         self._bus = bus
         self._tap = tap

@@ -1,0 +1,472 @@
+"""The Redis event bus: every task's events in a Redis Stream, readable from any replica.
+
+Layout (``ns`` = the namespace, default ``relaykit``):
+
+* ``{ns}:ev:{task_id}``: the task's events. Entry ids are ``{seq}-0``, ``seq`` being the per-task sequence number
+  that is also the SSE ``id:`` (CONTRACT "SSE and resume": one sequence across replicas). Fields: ``d`` the encoded
+  StreamResponse, ``x`` the message id of the execution that produced it, or ``e`` (instead of ``d``) an error
+  that ended an execution without a task event (the caller waiting on another replica raises it). The stream is
+  capped (``maxlen``, approximate) and expires ``ttl`` seconds after its last event (``live_ttl`` while the task is
+  not terminal).
+* Explicit ids make appends fenced: a writer that is not the task's current runner appends an id at or below the
+  stream's top and gets ``ConflictError`` instead of interleaving its events.
+
+One reader coroutine per process follows every stream some local tap watches with a single blocking ``XREAD``
+(woken through a private wake stream when a new stream is added), and fans the entries out to the taps. A tap that
+is handed an entry out of sequence (entries trimmed, or the stream lost with a Redis restart) is cut off and its
+reader refills it from the stream, or restarts from a Task snapshot (``Tap``'s rules, shared with the local bus).
+
+When Redis is unreachable, appends are retried with backoff for ``outage_timeout`` seconds (the agent waits: no
+event is dropped), then fail with ``ServiceUnavailableError``; the reader reconnects by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from relaykit._errors import A2AError, ServiceUnavailableError, error_from_jsonrpc
+from relaykit._types import stream_json
+from relaykit.backends._base import ConflictError
+from relaykit.backends._bus import Item, Tap
+
+__all__ = ["RedisEventBus", "connect_redis", "redact_redis", "redis_unavailable"]
+
+log = logging.getLogger("relaykit.redis")
+
+_T = TypeVar("_T")
+_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def _redis_module() -> Any:
+    try:
+        import redis.asyncio as aioredis
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ImportError("the Redis bus needs redis-py: pip install 'relaykit[redis]'") from exc
+    return aioredis
+
+
+def redact_redis(url: str) -> str:
+    """``url`` without its password (for logs and error messages)."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    creds, _, host = rest.rpartition("@")
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user + ':***' if ':' in creds else user}@{host}"
+
+
+def connect_redis(url: str) -> Any:
+    """A redis-py asyncio client for ``url`` (bytes in and out; bounded connect and socket timeouts)."""
+    aioredis = _redis_module()
+    return aioredis.Redis.from_url(
+        url,
+        decode_responses=False,
+        socket_connect_timeout=5.0,
+        socket_keepalive=True,
+        health_check_interval=0,
+        max_connections=512,
+    )
+
+
+def redis_unavailable(url: str, exc: BaseException) -> ServiceUnavailableError:
+    """The A2A error for "Redis is not there": retryable, with a message a person can act on."""
+    return ServiceUnavailableError(f"the event bus (Redis at {redact_redis(url)}) is unreachable: {exc}; retry later")
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` means Redis could not be reached (as opposed to a command error)."""
+    from redis import exceptions
+
+    return isinstance(exc, exceptions.ConnectionError | exceptions.TimeoutError | ConnectionError | OSError)
+
+
+async def retrying(url: str, patience: float, job: Callable[[], Awaitable[_T]]) -> _T:
+    """Run ``job``, retrying through a Redis outage for up to ``patience`` seconds."""
+    deadline = time.monotonic() + patience
+    attempt = 0
+    while True:
+        try:
+            return await job()
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise redis_unavailable(url, exc) from exc
+            delay = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
+            attempt += 1
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+
+
+def _seq_of(entry_id: bytes) -> int:
+    return int(entry_id.split(b"-", 1)[0])
+
+
+class _Watch:
+    __slots__ = ("cursor", "taps")
+
+    def __init__(self, cursor: int) -> None:
+        self.cursor = cursor
+        self.taps: set[Tap] = set()
+
+
+class RedisEventBus:
+    """Task events in Redis Streams, shared by every replica.
+
+    >>> bus = RedisEventBus("redis://127.0.0.1:6379/0", namespace="demo")
+    >>> bus.key("t1")
+    'demo:ev:t1'
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str = "relaykit",
+        maxlen: int = 10_000,
+        ttl: float = 3600.0,
+        live_ttl: float = 86_400.0,
+        tap_limit: int = 10_000,
+        outage_timeout: float = 30.0,
+        block: float = 5.0,
+        client: Any = None,
+    ) -> None:
+        self.url = url
+        self.namespace = namespace
+        self.maxlen = maxlen
+        self.ttl = ttl
+        self.live_ttl = live_ttl
+        self.tap_limit = tap_limit
+        self.outage_timeout = outage_timeout
+        self.block = block
+        self._client = client
+        self._own_client = client is None
+        self._seq: OrderedDict[str, int] = OrderedDict()
+        self._watch: dict[str, _Watch] = {}
+        self._reader: asyncio.Task[None] | None = None
+        self._wake_key = f"{namespace}:wake:{secrets.token_hex(8)}"
+        self._wake_id = b"0-0"
+        self._blocked = False
+        self._woken = False
+        self._changed = asyncio.Event()
+        self._background: set[asyncio.Task[None]] = set()
+        self.woke = False
+        self.connected = False
+
+    def key(self, task_id: str) -> str:
+        """The Redis key of a task's event stream."""
+        return f"{self.namespace}:ev:{task_id}"
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client (shared with the work queue)."""
+        if self._client is None:
+            self._client = connect_redis(self.url)
+        return self._client
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        try:
+            await self.client.ping()
+            self.connected = True
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            # Start anyway: readiness says "not ready" and everything reconnects when Redis is back.
+            log.warning("Redis at %s is unreachable (%s); will keep trying", redact_redis(self.url), exc)
+        self._reader = asyncio.create_task(self._read_loop(), name="relaykit-redis-reader")
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+            self._reader = None
+        for watch in self._watch.values():
+            for tap in watch.taps:
+                tap.finish()
+        self._watch.clear()
+        if self._client is not None and self._own_client:
+            with contextlib.suppress(Exception):
+                await self._client.aclose()
+            self._client = None
+
+    async def ping(self) -> None:
+        try:
+            await asyncio.wait_for(self.client.ping(), 2.0)
+        except Exception as exc:
+            raise redis_unavailable(self.url, exc) from exc
+
+    # --- writing -------------------------------------------------------------------------------------------
+
+    def last_seq(self, task_id: str, default: int = 0) -> int:
+        return self._seq.get(task_id, default)
+
+    def _set_seq(self, task_id: str, seq: int) -> None:
+        self._seq[task_id] = seq
+        self._seq.move_to_end(task_id)
+        if len(self._seq) > 100_000:
+            self._seq.popitem(last=False)
+
+    async def _top(self, key: str) -> int:
+        entries = await self.client.xrevrange(key, count=1)
+        return _seq_of(entries[0][0]) if entries else 0
+
+    async def prepare(self, task_id: str, stored_seq: int) -> int:
+        top = await retrying(self.url, self.outage_timeout, lambda: self._top(self.key(task_id)))
+        seq = max(top, stored_seq)
+        self._set_seq(task_id, seq)
+        return seq
+
+    async def publish(
+        self,
+        task_id: str,
+        event: Any,
+        data: bytes | None,
+        *,
+        terminal: bool = False,
+        base_seq: int = 0,
+        execution: str = "",
+    ) -> int:
+        if data is None:
+            data = stream_json(event)
+        seq = max(self._seq.get(task_id, 0), base_seq) + 1
+        fields: dict[bytes, bytes | str] = {b"d": data}
+        if execution:
+            fields[b"x"] = execution
+        await self._append(task_id, seq, fields, terminal)
+        self._deliver(task_id, seq, event, data, execution, None)
+        return seq
+
+    async def publish_error(self, task_id: str, execution: str, error: A2AError, *, base_seq: int = 0) -> int:
+        """Tell the caller of ``execution`` (on whatever replica) that it ended with ``error`` and no task event."""
+        seq = max(self._seq.get(task_id, 0), base_seq) + 1
+        body = json.dumps(error.to_jsonrpc()).encode()
+        await self._append(task_id, seq, {b"e": body, b"x": execution}, False)
+        self._deliver(task_id, seq, None, b"", execution, error)
+        return seq
+
+    async def _append(self, task_id: str, seq: int, fields: dict[bytes, bytes | str], terminal: bool) -> None:
+        key = self.key(task_id)
+        entry_id = f"{seq}-0"
+        ttl = int((self.ttl if terminal else self.live_ttl) * 1000)
+        attempts = 0
+
+        async def job() -> None:
+            nonlocal attempts
+            attempts += 1
+            pipe = self.client.pipeline(transaction=False)
+            pipe.xadd(key, fields, id=entry_id, maxlen=self.maxlen, approximate=True)
+            pipe.pexpire(key, ttl)
+            try:
+                await pipe.execute()
+            except Exception as exc:
+                if is_outage(exc) or "equal or smaller" not in str(exc):
+                    raise
+                # A retry of an append that did land before the connection broke is not a conflict.
+                if attempts > 1 and await self.client.xrange(key, min=entry_id, max=entry_id):
+                    return
+                raise ConflictError(
+                    f"task {task_id}: event {seq} is already in the log (another process runs this task)"
+                ) from exc
+
+        await retrying(self.url, self.outage_timeout, job)
+        self._set_seq(task_id, seq)
+
+    def _deliver(
+        self, task_id: str, seq: int, event: Any, data: bytes, execution: str, error: A2AError | None
+    ) -> None:
+        self.woke = False
+        watch = self._watch.get(task_id)
+        if watch is None:
+            return
+        if seq > watch.cursor:
+            watch.cursor = seq
+        item: Item = (seq, error if error is not None else event, data)
+        for tap in watch.taps:
+            if error is not None and not tap.execution:
+                tap.skip(seq)  # an execution's error is for its caller only
+            elif tap.execution and execution != tap.execution:
+                tap.skip(seq)
+            else:
+                self.woke |= tap.waiting
+                tap.push(item)
+
+    # --- reading -------------------------------------------------------------------------------------------
+
+    async def open(
+        self, task_id: str, *, after: int | None = None, base_seq: int = 0, execution: str = ""
+    ) -> tuple[Tap, bool]:
+        tap = Tap(task_id, self.tap_limit)
+        tap.execution = execution
+        gap = False
+        if after is None:
+            top = await retrying(self.url, self.outage_timeout, lambda: self._top(self.key(task_id)))
+            tap.fill((), max(top, base_seq, self._seq.get(task_id, 0)))
+        else:
+            gap = not await self._replay(tap, after, max(base_seq, self._seq.get(task_id, 0)), lenient=False)
+            if gap:
+                tap.fill((), after)
+        self._watch_tap(tap)
+        return tap, gap
+
+    async def reopen(self, tap: Tap, *, lenient: bool = False) -> bool:
+        ok = await self._replay(tap, tap.last_seq, self._seq.get(tap.task_id, 0), lenient=lenient)
+        self._watch_tap(tap)
+        return ok
+
+    async def _replay(self, tap: Tap, after: int, known_top: int, *, lenient: bool) -> bool:
+        """Fill ``tap`` with the stream's entries after ``after``; False when the stream no longer reaches back."""
+        key = self.key(tap.task_id)
+
+        async def job() -> tuple[list[Any], list[Any]]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.xrange(key, min=f"{after + 1}-0")
+            pipe.xrevrange(key, count=1)
+            entries, top = await pipe.execute()
+            return entries, top
+
+        entries, top_entries = await retrying(self.url, self.outage_timeout, job)
+        top = max(_seq_of(top_entries[0][0]) if top_entries else 0, known_top)
+        if after < 0 or after > top:
+            if not lenient:
+                return False
+            after = min(max(after, 0), top)
+        if entries and _seq_of(entries[0][0]) != after + 1 and not lenient:
+            return False
+        tap.overflowed = False
+        items: list[Item] = []
+        head = after
+        if entries:
+            head = _seq_of(entries[0][0]) - 1
+        for entry_id, fields in entries:
+            seq = _seq_of(entry_id)
+            item = self._item(tap, seq, fields)
+            if item is not None:
+                items.append(item)
+        last = _seq_of(entries[-1][0]) if entries else head
+        tap.fill(items, head, top=last)
+        tap.last_seq = after
+        return True
+
+    def _item(self, tap: Tap, seq: int, fields: dict[bytes, bytes]) -> Item | None:
+        """The tap's item for one stream entry, or None when the entry is not for this tap."""
+        execution = fields.get(b"x", b"").decode()
+        if tap.execution and execution != tap.execution:
+            return None
+        error = fields.get(b"e")
+        if error is not None:
+            if not tap.execution:
+                return None
+            return (seq, error_from_jsonrpc(json.loads(error)), b"")
+        # The event object is decoded by the reader that needs it (Tap.get), not here.
+        return (seq, None, fields[b"d"])
+
+    def _watch_tap(self, tap: Tap) -> None:
+        watch = self._watch.get(tap.task_id)
+        if watch is None:
+            watch = self._watch[tap.task_id] = _Watch(tap.head)
+            self._wake()
+        watch.taps.add(tap)
+
+    def _wake(self) -> None:
+        self._changed.set()
+        if self._blocked and not self._woken and self.connected:
+            self._woken = True
+            task = asyncio.create_task(self._send_wake())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _send_wake(self) -> None:
+        with contextlib.suppress(Exception):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.xadd(self._wake_key, {b"w": b"1"}, maxlen=1, approximate=False)
+            pipe.expire(self._wake_key, 3600)
+            await pipe.execute()
+
+    async def _read_loop(self) -> None:
+        attempt = 0
+        while True:
+            if not self._watch:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            streams: dict[str, bytes | str] = {self._wake_key: self._wake_id}
+            keyed: dict[bytes, str] = {}
+            for task_id, watch in self._watch.items():
+                key = self.key(task_id)
+                keyed[key.encode()] = task_id
+                streams[key] = f"{watch.cursor}-0"
+            self._changed.clear()
+            self._blocked = True
+            self._woken = False
+            try:
+                response = await self.client.xread(streams, count=1000, block=int(self.block * 1000))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._blocked = False
+                if not is_outage(exc):
+                    log.exception("Redis event reader failed; retrying")
+                elif self.connected:
+                    log.warning("Redis at %s is unreachable (%s); reconnecting", redact_redis(self.url), exc)
+                self.connected = False
+                await asyncio.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+                attempt += 1
+                continue
+            self._blocked = False
+            if not self.connected:
+                log.warning("Redis at %s is reachable again", redact_redis(self.url))
+            self.connected = True
+            attempt = 0
+            for key, entries in response or ():
+                followed = keyed.get(key)
+                if followed is None:
+                    if entries:
+                        self._wake_id = entries[-1][0]
+                    continue
+                found = self._watch.get(followed)
+                if found is None:
+                    continue
+                watch = found
+                for entry_id, fields in entries:
+                    seq = _seq_of(entry_id)
+                    if seq <= watch.cursor:
+                        continue
+                    watch.cursor = seq
+                    for tap in list(watch.taps):
+                        item = self._item(tap, seq, fields)
+                        if item is None:
+                            tap.skip(seq)
+                        else:
+                            tap.push(item)
+
+    def close_tap(self, tap: Tap) -> None:
+        tap.finish()
+        watch = self._watch.get(tap.task_id)
+        if watch is None:
+            return
+        watch.taps.discard(tap)
+        if not watch.taps:
+            del self._watch[tap.task_id]
+
+    def forget(self, task_id: str) -> None:
+        self._seq.pop(task_id, None)
+
+    def tap_count(self, task_id: str | None = None) -> int:
+        if task_id is not None:
+            watch = self._watch.get(task_id)
+            return len(watch.taps) if watch is not None else 0
+        return sum(len(watch.taps) for watch in self._watch.values())
+
+    def log_count(self) -> int:
+        """Streams followed by this process."""
+        return len(self._watch)
