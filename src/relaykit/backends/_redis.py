@@ -294,7 +294,7 @@ class RedisEventBus:
         for tap in watch.taps:
             if error is not None and not tap.execution:
                 tap.skip(seq)  # an execution's error is for its caller only
-            elif tap.execution and execution != tap.execution:
+            elif tap.execution and execution and execution != tap.execution:
                 tap.skip(seq)
             else:
                 self.woke |= tap.waiting
@@ -360,7 +360,8 @@ class RedisEventBus:
     def _item(self, tap: Tap, seq: int, fields: dict[bytes, bytes]) -> Item | None:
         """The tap's item for one stream entry, or None when the entry is not for this tap."""
         execution = fields.get(b"x", b"").decode()
-        if tap.execution and execution != tap.execution:
+        # Events of no execution (a lost worker's task failed, an idle task canceled) concern every waiter.
+        if tap.execution and execution and execution != tap.execution:
             return None
         error = fields.get(b"e")
         if error is not None:

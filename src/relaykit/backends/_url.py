@@ -22,11 +22,17 @@ def sqlite_path(url: str) -> str | None:
     return None
 
 
-def open_store(url: str, *, namespace: str = "relaykit") -> TaskStore:
-    """A task store for ``url`` (not started yet); ``namespace`` prefixes its tables."""
+def open_store(url: str, *, namespace: str = "relaykit", shared: bool = False) -> TaskStore:
+    """A task store for ``url`` (not started yet); ``namespace`` prefixes its tables.
+
+    ``shared``: several replicas coordinated by the Redis bus use it (PostgreSQL only: no single-process guard)."""
     if url == "memory":
         return MemoryTaskStore()
     path = sqlite_path(url)
+    if path is not None and shared:
+        raise ValueError(
+            "a SQLite store serves one process; replicas sharing tasks over the Redis bus need postgresql://…"
+        )
     if path is not None:
         from relaykit.backends._sqlite import SQLiteTaskStore
 
@@ -35,8 +41,9 @@ def open_store(url: str, *, namespace: str = "relaykit") -> TaskStore:
         _need_asyncpg()
         from relaykit.backends._postgres import PostgresTaskStore
 
-        # Holds the single-process guard while started (the in-process bus serves one process only).
-        return PostgresTaskStore(url, namespace=namespace)
+        # Holds the single-process guard while started (the in-process bus serves one process only), unless
+        # replicas share it through the Redis bus.
+        return PostgresTaskStore(url, namespace=namespace, exclusive=not shared)
     raise ValueError(f"unknown store {url!r}: use memory, sqlite:///path.db, path.db or postgresql://…")
 
 

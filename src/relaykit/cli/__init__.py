@@ -1,5 +1,5 @@
 """The ``relaykit`` command line: ``serve`` an agent, call agents (``card``, ``send``, ``get``, ``list``, ``cancel``,
-``subscribe``, ``chat``), and operate stores (``db upgrade``, ``push status``).
+``subscribe``, ``chat``), run scale-out ``worker``s, and operate stores (``db upgrade``, ``push status``).
 
     relaykit serve examples/echo.py --port 8000
     relaykit send http://localhost:8000 "hello"
@@ -14,6 +14,7 @@ from relaykit.cli._client_cmds import add_client_parsers
 from relaykit.cli._db_cmds import add_db_parser
 from relaykit.cli._push_cmds import add_push_parser
 from relaykit.cli._serve import add_serve_parser
+from relaykit.cli._worker import add_worker_parser
 
 __all__ = ["build_parser", "main"]
 
@@ -23,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="relaykit", description="A2A 1.0 agents: serve them, call them.")
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub)
+    add_worker_parser(sub)
     add_client_parsers(sub)
     add_db_parser(sub)
     add_push_parser(sub)

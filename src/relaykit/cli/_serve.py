@@ -59,7 +59,31 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
     p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
     p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
+    add_cluster_options(p)
+    p.add_argument(
+        "--worker",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --bus redis://: also run queued work in this process (--no-worker: API only)",
+    )
     p.set_defaults(func=run_serve)
+
+
+def add_cluster_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--lease",
+        type=parse_duration,
+        default=10.0,
+        help="with --bus redis://: a lost worker's tasks are taken over "
+        "this long after its last heartbeat (default 10s)",
+    )
+    p.add_argument("--heartbeat", type=parse_duration, default=None, help="worker heartbeat period (default lease/5)")
+    p.add_argument(
+        "--idempotency-window",
+        type=parse_duration,
+        default=600.0,
+        help="with --bus redis://: a repeated messageId within this window gets the original result (default 10m)",
+    )
 
 
 def _store_url(args: argparse.Namespace) -> str:
@@ -136,8 +160,8 @@ def build_app(args: argparse.Namespace) -> Any:
     if getattr(getattr(target, "state", None), "relaykit", None) is not None:
         return target
     bus = _bus_url(args)
-    if bus != "memory":
-        raise TargetError(f"bus {bus!r} is not available in this version of relaykit (use memory)")
+    if bus != "memory" and not bus.startswith(("redis://", "rediss://", "unix://")):
+        raise TargetError(f"unknown bus {bus!r}: use memory or redis://…")
     public_url = args.public_url or f"http://localhost:{args.port}"
     return create_app(
         target,
@@ -152,6 +176,11 @@ def build_app(args: argparse.Namespace) -> Any:
         access_log=args.access_log,
         namespace=args.namespace,
         push_allow=tuple(args.push_allow),
+        bus=bus,
+        worker=getattr(args, "worker", True),
+        lease=args.lease,
+        heartbeat=args.heartbeat,
+        idempotency_window=args.idempotency_window,
         **_push_kwargs(args),
     )
 

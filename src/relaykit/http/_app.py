@@ -208,6 +208,11 @@ class A2AServer:
                 await asyncio.wait_for(ping(), timeout=2.0)
             except Exception:
                 ready, reason = False, b"store unreachable"
+        if ready:
+            try:
+                await asyncio.wait_for(self.engine.bus.ping(), timeout=2.0)
+            except Exception:
+                ready, reason = False, b"event bus unreachable"
         body = b'{"status":"ready"}' if ready else b'{"status":"not ready","reason":"' + reason + b'"}'
         await send_bytes(send, 200 if ready else 503, body, b"application/json")
 
@@ -283,7 +288,7 @@ def create_app(
     card: AgentCard | None = None,
     store: TaskStore | str = "memory",
     push_store: PushConfigStore | None = None,
-    bus: EventBus | None = None,
+    bus: EventBus | str | None = None,
     public_url: str = "http://localhost:8000",
     grpc_url: str | None = None,
     push: bool = True,
@@ -307,6 +312,11 @@ def create_app(
     push_signing_key: Any = None,
     push_key_id: str | Sequence[str | None] | None = None,
     push_outbox: PushOutbox | None = None,
+    worker: bool = True,
+    lease: float = 10.0,
+    heartbeat: float | None = None,
+    unstarted_after: float | None = None,
+    idempotency_window: float = 600.0,
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root).
 
@@ -324,8 +334,20 @@ def create_app(
     ``push_signing_key`` (an EC/RSA private key PEM or object, or several, oldest first) signs each delivery
     (``X-A2A-Signature``) and publishes ``/.well-known/jwks.json``; ``push_key_id`` names the key(s).
     ``GET /relaykit/push/status/{taskId}`` reports delivery health (``relaykit push status``).
+
+    Scale-out: ``bus="redis://…"`` (with a PostgreSQL ``store``) makes this app one replica of many: messages go
+    through the Redis work queue, events through per-task Redis Streams, and this process also runs queued work
+    unless ``worker=False``. A worker's claim on a task lapses ``lease`` seconds after its last heartbeat (every
+    ``heartbeat`` seconds, default a fifth of the lease); a repeated messageId within ``idempotency_window``
+    seconds gets the original result.
     """
-    task_store = open_store(store, namespace=namespace) if isinstance(store, str) else store
+    redis_url = bus if isinstance(bus, str) and bus != "memory" else None
+    if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(f"unknown bus {bus!r}: use memory or redis://…")
+    if isinstance(store, str):
+        task_store = open_store(store, namespace=namespace, shared=redis_url is not None)
+    else:
+        task_store = store
     if push_store is None:
         push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
     sender: PushSender | None = None
@@ -343,16 +365,36 @@ def create_app(
         )
         # Config writes go through the sender's cache, so the engine hook never reads the store per event.
         push_store = sender.configs
+    event_bus: EventBus
+    if redis_url is not None:
+        from relaykit.backends._redis import RedisEventBus
+
+        event_bus = RedisEventBus(redis_url, namespace=namespace)
+    else:
+        event_bus = bus if bus is not None and not isinstance(bus, str) else LocalEventBus(replay=replay)
     engine = TaskEngine(
         executor,
         store=task_store,
-        bus=bus or LocalEventBus(replay=replay),
+        bus=event_bus,
         executor_timeout=executor_timeout,
         cancel_grace=cancel_grace,
         max_concurrent=max_concurrent,
         max_queued=max_queued,
         max_subscribers=max_subscribers,
     )
+    if redis_url is not None:
+        from relaykit.backends._redis_queue import RedisWorkQueue
+        from relaykit.server._cluster import Cluster
+
+        Cluster(
+            engine,
+            RedisWorkQueue(redis_url, namespace=namespace, client=event_bus.client),  # type: ignore[attr-defined]
+            worker=worker,
+            lease=lease,
+            heartbeat=heartbeat if heartbeat is not None else lease / 5,
+            unstarted_after=unstarted_after if unstarted_after is not None else max(30.0, 3 * lease),
+            idempotency_window=idempotency_window,
+        )
     if sender is not None:
         sender.bind(engine)  # hooks engine.on_event once a push config may exist
     served = build_card(

@@ -600,9 +600,12 @@ class TaskEngine(Readers):
         """
         record = active.record
         active.emitting = True
+        base: int | None = None
         try:
             if persist and record is not None:
-                record.event_seq = self.bus.last_seq(active.task_id, record.event_seq) + 1
+                # The stored event_seq names the event being published now (the one after the log's newest).
+                base = self.bus.last_seq(active.task_id, record.event_seq)
+                record.event_seq = base + 1
                 await self._persist(active)
             if event is None:
                 assert record is not None
@@ -614,8 +617,8 @@ class TaskEngine(Readers):
                     # Listeners get their own immutable copy: the live task keeps changing.
                     event = Task.model_validate_json(body)
                 # else the replay ring keeps only the bytes; a later replay decodes them (rarely needed).
-                return await self._publish(active, event, data, terminal=terminal)
-            return await self._publish(active, event, data)
+                return await self._publish(active, event, data, terminal=terminal, base=base)
+            return await self._publish(active, event, data, base=base)
         finally:
             active.emitting = False
             waiter = active.emit_waiter
@@ -625,7 +628,13 @@ class TaskEngine(Readers):
                     waiter.set_result(None)
 
     async def _publish(
-        self, active: ActiveTask, event: Any, data: bytes | None, *, terminal: bool | None = None
+        self,
+        active: ActiveTask,
+        event: Any,
+        data: bytes | None,
+        *,
+        terminal: bool | None = None,
+        base: int | None = None,
     ) -> int:
         if terminal is None:
             terminal = isinstance(event, Message) or (
@@ -638,7 +647,7 @@ class TaskEngine(Readers):
             event,
             data,
             terminal=terminal,
-            base_seq=self._base_seq(active),
+            base_seq=base if base is not None else self._base_seq(active),
             execution=current.message.message_id if current is not None else "",
         )
         if active.record is not None:

@@ -1,0 +1,211 @@
+"""The Redis work queue (scale-out): accepted messages wait in a Redis Stream read by a consumer group.
+
+Layout (``ns`` = the namespace):
+
+* ``{ns}:work``: one entry per accepted message (fields are the ``WorkItem``); the consumer group ``workers`` hands
+  each entry to one worker. A worker acknowledges an entry once it has claimed the task and its engine has taken
+  the message; from then on the task's claim (in the store) is the lease. An entry whose worker died before that is
+  re-delivered to another worker after ``reclaim_after`` seconds (``XAUTOCLAIM``).
+* ``{ns}:cancel:{worker}``: a pub/sub channel per worker; a CancelTask on any replica asks the task's claimant there.
+* ``{ns}:idem:…``: idempotency keys (SendMessage with a repeated ``messageId``), expiring after the window.
+
+After a Redis restart the stream and group are recreated on the next read; entries lost with it are recovered from
+the store (unstarted SUBMITTED tasks) or re-sent by the replica still waiting for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from relaykit.backends._redis import connect_redis, is_outage, redis_unavailable
+
+__all__ = ["RedisWorkQueue", "WorkItem"]
+
+_GROUP = "workers"
+
+
+@dataclass(slots=True)
+class WorkItem:
+    """One accepted message for a worker."""
+
+    task_id: str
+    tenant: str
+    owner: str
+    request: bytes  # the SendMessageRequest, ProtoJSON
+    call: bytes  # the CallContext as JSON (user, tenant, extensions, forwarded headers)
+    fresh: bool  # the message starts the task (the accepting replica stored it SUBMITTED)
+    entry_id: bytes = b""
+
+    def fields(self) -> dict[bytes, bytes]:
+        return {
+            b"t": self.task_id.encode(),
+            b"n": self.tenant.encode(),
+            b"o": self.owner.encode(),
+            b"r": self.request,
+            b"c": self.call,
+            b"f": b"1" if self.fresh else b"0",
+        }
+
+    @classmethod
+    def from_fields(cls, entry_id: bytes, fields: dict[bytes, bytes]) -> WorkItem:
+        return cls(
+            task_id=fields[b"t"].decode(),
+            tenant=fields.get(b"n", b"").decode(),
+            owner=fields.get(b"o", b"anonymous").decode(),
+            request=fields[b"r"],
+            call=fields.get(b"c", b"{}"),
+            fresh=fields.get(b"f") == b"1",
+            entry_id=entry_id,
+        )
+
+
+class RedisWorkQueue:
+    """Work queue, cancel signals and idempotency keys on Redis.
+
+    >>> queue = RedisWorkQueue("redis://127.0.0.1:6379/0", namespace="demo")
+    >>> queue.stream
+    'demo:work'
+    """
+
+    def __init__(self, url: str, *, namespace: str = "relaykit", client: Any = None, maxlen: int = 100_000) -> None:
+        self.url = url
+        self.namespace = namespace
+        self.stream = f"{namespace}:work"
+        self.maxlen = maxlen
+        self._client = client
+        self._own_client = client is None
+        self._group_ready = False
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = connect_redis(self.url)
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None and self._own_client:
+            with contextlib.suppress(Exception):
+                await self._client.aclose()
+            self._client = None
+
+    async def _call(self, job: Any) -> Any:
+        try:
+            return await job
+        except Exception as exc:
+            if is_outage(exc):
+                raise redis_unavailable(self.url, exc) from exc
+            raise
+
+    # --- the queue ---------------------------------------------------------------------------------------------
+
+    async def ensure_group(self) -> None:
+        try:
+            await self._call(self.client.xgroup_create(self.stream, _GROUP, id="0", mkstream=True))
+        except Exception as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._group_ready = True
+
+    async def enqueue(self, item: WorkItem) -> None:
+        """Add an accepted message; raises ``ServiceUnavailableError`` when Redis is unreachable."""
+        await self._call(self.client.xadd(self.stream, item.fields(), maxlen=self.maxlen, approximate=True))
+
+    async def read(self, worker: str, count: int, block: float) -> list[WorkItem]:
+        """Up to ``count`` new entries for ``worker``, waiting up to ``block`` seconds."""
+        if not self._group_ready:
+            await self.ensure_group()
+        try:
+            response = await self._call(
+                self.client.xreadgroup(_GROUP, worker, {self.stream: ">"}, count=count, block=int(block * 1000))
+            )
+        except Exception as exc:
+            if "NOGROUP" in str(exc):
+                # Redis lost the group (a restart without persistence): make it again.
+                self._group_ready = False
+                return []
+            raise
+        return [WorkItem.from_fields(entry_id, fields) for _, entries in response or () for entry_id, fields in entries]
+
+    async def ack(self, item: WorkItem) -> None:
+        """The entry is taken care of: remove it."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xack(self.stream, _GROUP, item.entry_id)
+        pipe.xdel(self.stream, item.entry_id)
+        await self._call(pipe.execute())
+
+    async def reclaim(self, worker: str, idle: float, count: int = 100) -> list[WorkItem]:
+        """Entries delivered to some worker more than ``idle`` seconds ago and never acknowledged (it died)."""
+        if not self._group_ready:
+            await self.ensure_group()
+        try:
+            response = await self._call(
+                self.client.xautoclaim(self.stream, _GROUP, worker, min_idle_time=int(idle * 1000), count=count)
+            )
+        except Exception as exc:
+            if "NOGROUP" in str(exc):
+                self._group_ready = False
+                return []
+            raise
+        entries = response[1] if response else []
+        return [WorkItem.from_fields(entry_id, fields) for entry_id, fields in entries if fields]
+
+    # --- cancel signals ------------------------------------------------------------------------------------------
+
+    def _cancel_channel(self, worker: str) -> str:
+        return f"{self.namespace}:cancel:{worker}"
+
+    async def signal_cancel(self, worker: str, task_id: str, tenant: str, owner: str) -> None:
+        payload = json.dumps({"t": task_id, "n": tenant, "o": owner})
+        await self._call(self.client.publish(self._cancel_channel(worker), payload))
+
+    async def cancel_signals(self, worker: str) -> AsyncIterator[tuple[str, str, str]]:
+        """``(task_id, tenant, owner)`` of every cancel asked of ``worker``; reconnects through outages."""
+        while True:
+            pubsub = self.client.pubsub()
+            try:
+                await pubsub.subscribe(self._cancel_channel(worker))
+                while True:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
+                    if message is None or message.get("type") != "message":
+                        continue
+                    try:
+                        data = json.loads(message["data"])
+                        yield data["t"], data.get("n", ""), data.get("o", "anonymous")
+                    except (ValueError, KeyError, TypeError):
+                        continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                await asyncio.sleep(0.5)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+
+    # --- idempotency keys ------------------------------------------------------------------------------------------
+
+    def idem_key(self, tenant: str, owner: str, scope: str, message_id: str) -> str:
+        return f"{self.namespace}:idem:{json.dumps([tenant, owner, scope, message_id], separators=(',', ':'))}"
+
+    async def remember(self, key: str, value: str, window: float) -> str | None:
+        """Set ``key`` to ``value`` unless it exists; returns the existing value (a repeat) or None (first)."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.set(key, value, nx=True, px=int(window * 1000))
+        pipe.get(key)
+        created, current = await self._call(pipe.execute())
+        if created:
+            return None
+        return current.decode() if current is not None else None
+
+    async def update(self, key: str, value: str, window: float) -> None:
+        await self._call(self.client.set(key, value, xx=True, px=int(window * 1000)))
+
+    async def drop(self, key: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.client.delete(key)

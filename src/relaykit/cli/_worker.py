@@ -1,0 +1,77 @@
+"""``relaykit worker TARGET``: run queued work for a scale-out deployment, without serving HTTP.
+
+API replicas (``relaykit serve … --no-worker``) accept requests and enqueue them; workers take them from the Redis
+work queue. Both need the same ``--store postgresql://…``, ``--bus redis://…`` and ``--namespace``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from relaykit.cli._serve import _add_push_options, add_cluster_options, build_app
+from relaykit.cli._target import TargetError
+
+__all__ = ["add_worker_parser", "run_worker"]
+
+
+def add_worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("worker", help="run queued work of a scale-out deployment (needs --bus redis://)")
+    p.add_argument("target", help="path/to/file.py[:name] or package.module:name")
+    p.add_argument("--store", default=None, help="postgresql://… (env RELAYKIT_STORE)")
+    p.add_argument("--bus", default=None, help="redis://… (env RELAYKIT_BUS)")
+    p.add_argument("--namespace", default="relaykit", help="table / key prefix")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--push", action=argparse.BooleanOptionalAction, default=True, help="push notifications")
+    p.add_argument("--push-allow", action="append", default=[], metavar="HOST_OR_CIDR")
+    _add_push_options(p)
+    p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
+    p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
+    add_cluster_options(p)
+    p.set_defaults(func=run_worker)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    bus = args.bus or os.environ.get("RELAYKIT_BUS") or "memory"
+    if not bus.startswith(("redis://", "rediss://", "unix://")):
+        print("relaykit worker: needs --bus redis://… (or RELAYKIT_BUS): workers take work from Redis", file=sys.stderr)
+        return 2
+    # The HTTP-only settings of build_app, at values that serve nothing.
+    for name, value in {
+        "port": 0,
+        "grpc_port": None,
+        "public_url": "http://localhost",
+        "keepalive": 15.0,
+        "retention": None,
+        "access_log": False,
+        "worker": True,
+    }.items():
+        setattr(args, name, value)
+    try:
+        app = build_app(args)
+    except (TargetError, ValueError) as exc:
+        print(f"relaykit worker: {exc}", file=sys.stderr)
+        return 2
+    server = app.state.relaykit
+
+    async def main() -> int:
+        try:
+            await server.start()
+        except Exception as exc:
+            print(f"relaykit worker: {exc}", file=sys.stderr)
+            return 1
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        print(f"relaykit: worker {server.engine.cluster.id} running {args.target}", flush=True)
+        await stop.wait()
+        await server.stop()
+        return 0
+
+    return asyncio.run(main())
