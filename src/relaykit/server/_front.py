@@ -1,0 +1,299 @@
+"""Scale-out, the accepting side: any replica takes SendMessage, SendStreamingMessage and CancelTask for any task.
+
+A message is checked against the stored task, a new task is stored SUBMITTED (it survives any crash from here on),
+a tap on the task's event stream is opened for this execution (events carry the message id of the execution that
+produced them), and the message is enqueued; the caller then gets that execution's events or its outcome, from
+whichever worker runs it. A repeated ``messageId`` replays the original execution instead of starting another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, Any
+
+from relaykit._errors import (
+    A2AError,
+    InvalidParamsError,
+    ServiceUnavailableError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from relaykit._model import utc_now
+from relaykit._state import INTERRUPTED, TERMINAL
+from relaykit._types import (
+    Message,
+    SendMessageRequest,
+    Task,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+    new_id,
+    stream_json,
+)
+from relaykit.backends._base import Claim, TaskRecord
+from relaykit.backends._redis_queue import RedisWorkQueue, WorkItem
+from relaykit.server._context import CallContext
+from relaykit.server._readers import EventStream, StreamItem
+
+if TYPE_CHECKING:
+    from relaykit.backends._redis import RedisEventBus
+    from relaykit.server._engine import TaskEngine
+
+__all__ = ["Front", "decode_call", "encode_call"]
+
+# Headers that carry credentials are not copied into the work queue (workers see the principal, not its secret).
+_PRIVATE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key"})
+
+
+def encode_call(call: CallContext) -> bytes:
+    return json.dumps(
+        {
+            "u": call.user,
+            "n": call.tenant,
+            "r": sorted(call.requested_extensions),
+            "a": sorted(call.activated_extensions),
+            "h": {k: v for k, v in call.headers.items() if k.lower() not in _PRIVATE_HEADERS},
+        }
+    ).encode()
+
+
+def decode_call(data: bytes) -> CallContext:
+    raw = json.loads(data or b"{}")
+    return CallContext(
+        user=raw.get("u", "anonymous"),
+        tenant=raw.get("n", ""),
+        requested_extensions=frozenset(raw.get("r", ())),
+        activated_extensions=set(raw.get("a", ())),
+        headers=dict(raw.get("h", {})),
+    )
+
+
+class Front:
+    """Mixed into ``Cluster``: the accepting side."""
+
+    engine: TaskEngine
+    queue: RedisWorkQueue
+    bus: RedisEventBus
+    store: Any
+    idempotency_window: float
+    cancel_timeout: float
+
+    async def _claim(self, task_id: str, tenant: str, owner: str) -> Claim | None:
+        raise NotImplementedError  # provided by Cluster
+
+    async def _release(self, task_id: str) -> None:
+        raise NotImplementedError  # provided by Cluster
+
+    async def _accept(self, request: SendMessageRequest, call: CallContext, task_id: str) -> bool:
+        """Check the message against the stored task; store a new task SUBMITTED. Returns whether it is new."""
+        message = request.message
+        tenant = request.tenant or call.tenant
+        owner = call.user
+        if message.task_id:
+            record = await self.store.get(message.task_id, tenant=tenant, owner=owner)
+            if record is None:
+                raise TaskNotFoundError(task_id=message.task_id)
+            task = record.task
+            if task.status.state in TERMINAL:
+                raise UnsupportedOperationError(
+                    f"task {task.id} is {task.status.state.name}; terminal tasks take no more messages "
+                    "(start a new task in the same context)",
+                    task_id=task.id,
+                )
+            if message.context_id and message.context_id != task.context_id:
+                raise InvalidParamsError(
+                    f"contextId {message.context_id!r} does not match task {task.id}'s context",
+                    field_violations=[("message.contextId", "does not match the task's contextId")],
+                )
+            message.context_id = task.context_id
+            return False
+        message.context_id = message.context_id or new_id()
+        message.task_id = task_id
+        task = Task(
+            id=task_id,
+            context_id=message.context_id,
+            status=TaskStatus(state=TaskState.SUBMITTED, timestamp=utc_now()),
+            history=[message],
+        )
+        await self.store.save(TaskRecord(task, tenant, owner))
+        # The queued request carries the message as the client sent it (no task id: the task is new).
+        message.task_id = ""
+        return True
+
+    async def _submit(self, request: SendMessageRequest, call: CallContext) -> tuple[Any, str, str, bool, str]:
+        """Accept and enqueue a message; returns ``(tap, task_id, idempotency key, is_repeat, original)``."""
+        engine = self.engine
+        if not engine.accepting:
+            raise ServiceUnavailableError("server is shutting down; retry against another instance")
+        message = request.message
+        if not message.message_id:
+            raise InvalidParamsError(
+                "message.messageId is required", field_violations=[("message.messageId", "required")]
+            )
+        tenant = request.tenant or call.tenant
+        owner = call.user
+        task_id = message.task_id or new_id()
+        key = ""
+        if self.idempotency_window > 0:
+            key = self.queue.idem_key(tenant, owner, message.task_id or message.context_id, message.message_id)
+            original = await self.queue.remember(key, json.dumps({"t": task_id}), self.idempotency_window)
+            if original is not None:
+                return None, task_id, key, True, original
+        fresh = False
+        try:
+            fresh = await self._accept(request, call, task_id)
+            tap, _ = await self.bus.open(task_id, execution=message.message_id)
+            try:
+                item = WorkItem(task_id, tenant, owner, request.to_json(), encode_call(call), fresh)
+                await self.queue.enqueue(item)
+            except BaseException:
+                self.bus.close_tap(tap)
+                raise
+        except BaseException:
+            if key:
+                await self.queue.drop(key)
+            if fresh:
+                with contextlib.suppress(Exception):
+                    await self.store.delete(task_id, tenant=tenant, owner=owner)
+            raise
+        return tap, task_id, key, False, ""
+
+    async def _repeat_tap(self, original: str, message_id: str, tenant: str, owner: str) -> tuple[Any, str, Any]:
+        """For a repeated message: a tap replaying the original execution, or its recorded reply."""
+        found = json.loads(original)
+        if "m" in found:
+            return None, "", Message.model_validate_json(found["m"])
+        task_id = found["t"]
+        tap, gap = await self.bus.open(task_id, after=0, execution=message_id)
+        if gap:
+            self.bus.close_tap(tap)
+            return None, task_id, None
+        return tap, task_id, None
+
+    async def send(self, request: SendMessageRequest, call: CallContext) -> bytes | Message:
+        """SendMessage through the work queue (blocking, or ``returnImmediately``)."""
+        config = request.configuration
+        immediate = config is not None and config.return_immediately
+        tenant = request.tenant or call.tenant
+        tap, task_id, key, repeat, original = await self._submit(request, call)
+        if repeat:
+            tap, task_id, reply = await self._repeat_tap(original, request.message.message_id, tenant, call.user)
+            if reply is not None:
+                return reply  # type: ignore[no-any-return]
+            if tap is None:
+                return await self._stored(task_id, tenant, call.user)
+        try:
+            outcome = self._outcome(tap, task_id, tenant, call.user, immediate, key)
+            if self.engine.send_timeout is None:
+                return await outcome
+            try:
+                return await asyncio.wait_for(outcome, self.engine.send_timeout)
+            except TimeoutError:
+                return await self._stored(task_id, tenant, call.user)
+        finally:
+            self.bus.close_tap(tap)
+
+    async def _stored(self, task_id: str, tenant: str, owner: str) -> bytes:
+        record = await self.store.get(task_id, tenant=tenant, owner=owner)
+        if record is None:
+            raise TaskNotFoundError(task_id=task_id)
+        return record.task.to_json()  # type: ignore[no-any-return]
+
+    async def _outcome(
+        self, tap: Any, task_id: str, tenant: str, owner: str, immediate: bool, key: str
+    ) -> bytes | Message:
+        async for _seq, event, _data in self.engine._follow(tap, until_terminal=False, tenant=tenant, owner=owner):
+            if isinstance(event, A2AError):
+                raise event
+            if isinstance(event, Message):
+                await self._remember_reply(key, event)
+                return event
+            if immediate:
+                if isinstance(event, Task):
+                    return event.to_json()
+                break
+        return await self._stored(task_id, tenant, owner)
+
+    async def _remember_reply(self, key: str, reply: Message) -> None:
+        # A bare Message reply leaves no task to look at: a repeat of the message gets this copy of it.
+        if key:
+            with contextlib.suppress(Exception):
+                await self.queue.update(key, json.dumps({"m": reply.to_json().decode()}), self.idempotency_window)
+
+    async def stream(
+        self, request: SendMessageRequest, call: CallContext, holder: EventStream
+    ) -> AsyncGenerator[StreamItem, None]:
+        """SendStreamingMessage through the work queue: this execution's events, from whichever worker runs it."""
+        tenant = request.tenant or call.tenant
+        tap, task_id, key, repeat, original = await self._submit(request, call)
+        if repeat:
+            tap, task_id, reply = await self._repeat_tap(original, request.message.message_id, tenant, call.user)
+            if reply is not None:
+                yield (0, reply, stream_json(reply))
+                return
+            if tap is None:
+                task = Task.model_validate_json(await self._stored(task_id, tenant, call.user))
+                yield (0, task, stream_json(task))
+                return
+        holder.tap = tap
+        try:
+            async for item in self.engine._follow(tap, until_terminal=False, tenant=tenant, owner=call.user):
+                event = item[1]
+                if isinstance(event, A2AError):
+                    raise event
+                if isinstance(event, Message):
+                    await self._remember_reply(key, event)
+                yield item
+        finally:
+            self.bus.close_tap(tap)
+
+    async def cancel(self, task_id: str, call: CallContext, tenant: str) -> Task:
+        """CancelTask on any replica: answers once CANCELED is persisted, whoever runs the task."""
+        engine = self.engine
+        owner = call.user
+        deadline = time.monotonic() + self.cancel_timeout
+        asked = False
+        while True:
+            if task_id in engine.registry:
+                return await engine.cancel_here(task_id, call, tenant)
+            record = await self.store.get(task_id, tenant=tenant, owner=owner)
+            if record is None:
+                raise TaskNotFoundError(task_id=task_id)
+            state = record.task.status.state
+            if state in TERMINAL:
+                if asked:
+                    return record.task  # type: ignore[no-any-return]
+                raise TaskNotCancelableError(f"task {task_id} is already {state.name}", task_id=task_id)
+            claim = await self._claim(task_id, tenant, owner)
+            if claim is not None:
+                try:
+                    if task_id in engine.registry:
+                        continue
+                    return await engine.cancel_here(task_id, call, tenant)
+                finally:
+                    await self._release(task_id)
+            holder = await self.store.claimant(task_id)
+            tap, _ = await self.bus.open(task_id, base_seq=record.event_seq)
+            try:
+                if holder:
+                    await self.queue.signal_cancel(holder, task_id, tenant, owner)
+                    asked = True
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._until_settled(tap, tenant, owner), 1.0)
+            finally:
+                self.bus.close_tap(tap)
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(f"could not reach the worker running task {task_id} to cancel it; retry")
+
+    async def _until_settled(self, tap: Any, tenant: str, owner: str) -> None:
+        async for _seq, event, _data in self.engine._follow(tap, until_terminal=False, tenant=tenant, owner=owner):
+            state = None
+            if isinstance(event, TaskStatusUpdateEvent | Task):
+                state = event.status.state
+            if state in TERMINAL or state in INTERRUPTED:
+                return
