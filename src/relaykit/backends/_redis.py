@@ -17,7 +17,8 @@ is handed an entry out of sequence (entries trimmed, or the stream lost with a R
 reader refills it from the stream, or restarts from a Task snapshot (``Tap``'s rules, shared with the local bus).
 
 When Redis is unreachable, appends are retried with backoff for ``outage_timeout`` seconds (the agent waits: no
-event is dropped), then fail with ``ServiceUnavailableError``; the reader reconnects by itself.
+event is dropped), then fail with ``ServiceUnavailableError``; opening and replaying a stream give up after
+``read_patience`` seconds (the client gets 503 and comes back); the reader reconnects by itself.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class RedisEventBus:
         live_ttl: float = 86_400.0,
         tap_limit: int = 10_000,
         outage_timeout: float = 30.0,
+        read_patience: float = 5.0,
         block: float = 5.0,
         client: Any = None,
     ) -> None:
@@ -145,6 +147,8 @@ class RedisEventBus:
         self.live_ttl = live_ttl
         self.tap_limit = tap_limit
         self.outage_timeout = outage_timeout
+        # Readers (opening a stream, replaying) answer 503 sooner than the writer gives up: a client can come back.
+        self.read_patience = read_patience
         self.block = block
         self._client = client
         self._own_client = client is None
@@ -309,7 +313,7 @@ class RedisEventBus:
         tap.execution = execution
         gap = False
         if after is None:
-            top = await retrying(self.url, self.outage_timeout, lambda: self._top(self.key(task_id)))
+            top = await retrying(self.url, self.read_patience, lambda: self._top(self.key(task_id)))
             tap.fill((), max(top, base_seq, self._seq.get(task_id, 0)))
         else:
             gap = not await self._replay(tap, after, max(base_seq, self._seq.get(task_id, 0)), lenient=False)
@@ -334,7 +338,7 @@ class RedisEventBus:
             entries, top = await pipe.execute()
             return entries, top
 
-        entries, top_entries = await retrying(self.url, self.outage_timeout, job)
+        entries, top_entries = await retrying(self.url, self.read_patience, job)
         top = max(_seq_of(top_entries[0][0]) if top_entries else 0, known_top)
         if after < 0 or after > top:
             if not lenient:

@@ -165,19 +165,41 @@ class RedisWorkQueue:
 
     async def cancel_signals(self, worker: str) -> AsyncIterator[tuple[str, str, str]]:
         """``(task_id, tenant, owner)`` of every cancel asked of ``worker``; reconnects through outages."""
+        async for data in self._listen(self._cancel_channel(worker)):
+            if data is not None:
+                yield data["t"], data.get("n", ""), data.get("o", "anonymous")
+
+    def _config_channel(self) -> str:
+        return f"{self.namespace}:push-configs"
+
+    async def announce_config_change(self, tenant: str, owner: str, task_id: str) -> None:
+        """Tell every replica that a task's push configs changed (they drop their cached copy)."""
+        payload = json.dumps({"t": task_id, "n": tenant, "o": owner})
+        await self._call(self.client.publish(self._config_channel(), payload))
+
+    async def config_changes(self) -> AsyncIterator[tuple[str, str, str] | None]:
+        """``(tenant, owner, task_id)`` of every push-config change announced; ``None`` after a (re)connect, when
+        announcements may have been missed."""
+        async for data in self._listen(self._config_channel()):
+            yield None if data is None else (data.get("n", ""), data.get("o", "anonymous"), data["t"])
+
+    async def _listen(self, channel: str) -> AsyncIterator[dict[str, Any] | None]:
+        """The JSON messages of a pub/sub channel; ``None`` at each (re)subscription. Reconnects through outages."""
         while True:
             pubsub = self.client.pubsub()
             try:
-                await pubsub.subscribe(self._cancel_channel(worker))
+                await pubsub.subscribe(channel)
+                yield None
                 while True:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
                     if message is None or message.get("type") != "message":
                         continue
                     try:
                         data = json.loads(message["data"])
-                        yield data["t"], data.get("n", ""), data.get("o", "anonymous")
-                    except (ValueError, KeyError, TypeError):
+                    except (ValueError, TypeError):
                         continue
+                    if isinstance(data, dict) and "t" in data:
+                        yield data
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -386,7 +386,7 @@ def create_app(
         from relaykit.backends._redis_queue import RedisWorkQueue
         from relaykit.server._cluster import Cluster
 
-        Cluster(
+        cluster = Cluster(
             engine,
             RedisWorkQueue(redis_url, namespace=namespace, client=event_bus.client),  # type: ignore[attr-defined]
             worker=worker,
@@ -395,6 +395,8 @@ def create_app(
             unstarted_after=unstarted_after if unstarted_after is not None else max(30.0, 3 * lease),
             idempotency_window=idempotency_window,
         )
+        if sender is not None:
+            cluster.share_push_configs(sender.configs)
     if sender is not None:
         sender.bind(engine)  # hooks engine.on_event once a push config may exist
     served = build_card(

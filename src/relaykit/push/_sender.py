@@ -125,7 +125,8 @@ class ConfigCache:
     are cached (LRU), so the engine hook does not read the store for every event.
 
     Consistency: every write in this process goes through here and updates the cache; a load that raced with a
-    write is not cached. (A store shared by several processes would need invalidation across them.)
+    write is not cached. Replicas sharing the store (scale-out) announce each write (``on_change``) and drop the
+    entries the others announce (``forget``).
     """
 
     def __init__(self, store: PushConfigStore, *, size: int = 4096) -> None:
@@ -133,6 +134,7 @@ class ConfigCache:
         self.size = size
         self.on_delete: Callable[[StreamKey], None] | None = None
         self.on_put: Callable[[], None] | None = None
+        self.on_change: Callable[[TaskKey], None] | None = None
         self._entries: collections.OrderedDict[TaskKey, dict[str, TaskPushNotificationConfig]] = (
             collections.OrderedDict()
         )
@@ -149,6 +151,14 @@ class ConfigCache:
         self._entries.move_to_end(key)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
+
+    def forget(self, key: TaskKey | None = None) -> None:
+        """Drop a task's cached configs (another process changed them), or every cached entry (``None``)."""
+        self._writes += 1
+        if key is None:
+            self._entries.clear()
+        else:
+            self._entries.pop(key, None)
 
     def seed(self, key: TaskKey) -> None:
         """A task created just now: it has no configs but those put from now on."""
@@ -176,6 +186,8 @@ class ConfigCache:
         entry = self._entries.get((config.tenant, owner, config.task_id))
         if entry is not None:
             entry[config.id] = config
+        if self.on_change is not None:
+            self.on_change((config.tenant, owner, config.task_id))
 
     async def get(
         self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous"
@@ -202,6 +214,8 @@ class ConfigCache:
             entry.pop(config_id, None)
         if removed and self.on_delete is not None:
             self.on_delete((tenant, owner, task_id, config_id))
+        if removed and self.on_change is not None:
+            self.on_change((tenant, owner, task_id))
         return removed
 
 
@@ -315,7 +329,8 @@ class PushSender:
         self._writer.start()
         self.started = True
         any_configs = getattr(self.configs.store, "any_configs", None)
-        if any_configs is None or await any_configs():
+        if any_configs is None or getattr(self._engine, "cluster", None) is not None or await any_configs():
+            # Replicas: a config may be stored through any of them, for a task any worker runs.
             self.arm()
         pending = await self.outbox.pending()
         if pending:

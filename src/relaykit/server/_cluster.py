@@ -117,8 +117,25 @@ class Cluster(Front):
         self._capacity = asyncio.Event()
         self._generation = 0
         self.alive = False  # the last heartbeat reached the store
+        self.push_configs: Any = None  # the push sender's ConfigCache, kept coherent across replicas
         engine.cluster = self
         engine.on_idle = self._on_idle
+
+    def share_push_configs(self, cache: Any) -> None:
+        """Keep ``cache`` (a ``relaykit.push.ConfigCache``) coherent with the other replicas' writes."""
+        self.push_configs = cache
+        cache.on_change = lambda key: self._spawn(self._announce(key))
+
+    async def _announce(self, key: tuple[str, str, str]) -> None:
+        try:
+            await self.queue.announce_config_change(*key)
+        except Exception as exc:
+            log.warning("could not announce a push-config change to the other replicas: %s", exc)
+
+    async def _config_loop(self) -> None:
+        async for change in self.queue.config_changes():
+            # None: (re)subscribed, so announcements may have been missed: trust nothing cached.
+            self.push_configs.forget(change)
 
     # --- lifecycle -------------------------------------------------------------------------------------------
 
@@ -129,6 +146,8 @@ class Cluster(Front):
         except A2AError as exc:
             log.warning("could not register worker %s: %s", self.id, exc)
         self._loops.append(asyncio.create_task(self._heartbeat_loop(), name="relaykit-heartbeat"))
+        if self.push_configs is not None:
+            self._loops.append(asyncio.create_task(self._config_loop(), name="relaykit-push-configs"))
         if self.worker:
             self._intake = [
                 asyncio.create_task(self._consume_loop(), name="relaykit-consume"),
