@@ -410,8 +410,11 @@ class Cluster(Front):
             try:
                 self.engine.admit_claimed(request, call, record, fresh=unstarted, rerun=not unstarted)
                 return
-            except A2AError as exc:
-                log.warning("task %s: could not re-run: %s", task.id, exc)
+            except (ResourceExhaustedError, ServiceUnavailableError) as exc:
+                # This worker is full or stopping: leave the task to the next sweep (here or elsewhere).
+                log.info("task %s: not taken over now: %s", task.id, exc)
+                await self._release(task.id)
+                return
         log.warning("task %s: worker %s was lost; marking it FAILED", task.id, claim.previous)
         try:
             await self.engine.fail_lost(record, "worker lost")
