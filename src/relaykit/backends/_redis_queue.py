@@ -112,8 +112,14 @@ class RedisWorkQueue:
         self._group_ready = True
 
     async def enqueue(self, item: WorkItem) -> None:
-        """Add an accepted message; raises ``ServiceUnavailableError`` when Redis is unreachable."""
-        await self._call(self.client.xadd(self.stream, item.fields(), maxlen=self.maxlen, approximate=True))
+        """Add an accepted message (sets ``item.entry_id``); ``ServiceUnavailableError`` when Redis is unreachable."""
+        item.entry_id = await self._call(
+            self.client.xadd(self.stream, item.fields(), maxlen=self.maxlen, approximate=True)
+        )
+
+    async def waiting(self, item: WorkItem) -> bool:
+        """Whether the item's entry is still in the queue (not yet taken, or taken and not yet acknowledged)."""
+        return bool(await self._call(self.client.xrange(self.stream, min=item.entry_id, max=item.entry_id)))
 
     async def read(self, worker: str, count: int, block: float) -> list[WorkItem]:
         """Up to ``count`` new entries for ``worker``, waiting up to ``block`` seconds."""

@@ -109,6 +109,8 @@ class Cluster(Front):
         self.unstarted_after = unstarted_after
         self.idempotency_window = idempotency_window
         self.cancel_timeout = cancel_timeout
+        # How long a caller waits for its execution's first event before checking that its queue entry still exists.
+        self.requeue_after = max(2.0, lease)
         self.held: dict[str, int] = {}  # claimed task id -> claim generation
         self._locks: dict[str, asyncio.Lock] = {}
         self._loops: list[asyncio.Task[None]] = []

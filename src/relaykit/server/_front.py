@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,8 @@ from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends._redis_queue import RedisWorkQueue, WorkItem
 from relaykit.server._context import CallContext
 from relaykit.server._readers import EventStream, StreamItem
+
+log = logging.getLogger("relaykit.cluster")
 
 if TYPE_CHECKING:
     from relaykit.backends._redis import RedisEventBus
@@ -82,6 +85,7 @@ class Front:
     store: Any
     idempotency_window: float
     cancel_timeout: float
+    requeue_after: float
 
     async def _claim(self, task_id: str, tenant: str, owner: str) -> Claim | None:
         raise NotImplementedError  # provided by Cluster
@@ -125,8 +129,10 @@ class Front:
         message.task_id = ""
         return True
 
-    async def _submit(self, request: SendMessageRequest, call: CallContext) -> tuple[Any, str, str, bool, str]:
-        """Accept and enqueue a message; returns ``(tap, task_id, idempotency key, is_repeat, original)``."""
+    async def _submit(
+        self, request: SendMessageRequest, call: CallContext
+    ) -> tuple[Any, str, str, bool, str, WorkItem | None]:
+        """Accept and enqueue a message; returns ``(tap, task_id, idempotency key, is_repeat, original, item)``."""
         engine = self.engine
         if not engine.accepting:
             raise ServiceUnavailableError("server is shutting down; retry against another instance")
@@ -143,7 +149,7 @@ class Front:
             key = self.queue.idem_key(tenant, owner, message.task_id or message.context_id, message.message_id)
             original = await self.queue.remember(key, json.dumps({"t": task_id}), self.idempotency_window)
             if original is not None:
-                return None, task_id, key, True, original
+                return None, task_id, key, True, original, None
         fresh = False
         try:
             fresh = await self._accept(request, call, task_id)
@@ -161,7 +167,41 @@ class Front:
                 with contextlib.suppress(Exception):
                     await self.store.delete(task_id, tenant=tenant, owner=owner)
             raise
-        return tap, task_id, key, False, ""
+        return tap, task_id, key, False, "", item
+
+    async def _execution(
+        self, tap: Any, item: WorkItem | None, tenant: str, owner: str
+    ) -> AsyncGenerator[StreamItem, None]:
+        """The events of one execution. Until the first arrives, make sure its queue entry was not lost (a Redis
+        restart without persistence loses the queue): a lost entry whose task nobody runs is enqueued again (a
+        worker that already took it recognises the repeat and skips it)."""
+        items = self.engine._follow(tap, until_terminal=False, tenant=tenant, owner=owner)
+        try:
+            if item is not None:
+                first = asyncio.ensure_future(items.__anext__())
+                try:
+                    while not (await asyncio.wait({first}, timeout=self.requeue_after))[0]:
+                        await self._requeue_if_lost(item)
+                except BaseException:
+                    first.cancel()
+                    raise
+                try:
+                    yield first.result()
+                except StopAsyncIteration:
+                    return
+            async for event in items:
+                yield event
+        finally:
+            await items.aclose()
+
+    async def _requeue_if_lost(self, item: WorkItem) -> None:
+        try:
+            if await self.queue.waiting(item) or await self.store.claimant(item.task_id):
+                return  # still queued, or being run
+            log.warning("task %s: its queued message was lost; queueing it again", item.task_id)
+            await self.queue.enqueue(item)
+        except Exception as exc:
+            log.info("task %s: could not check its queued message: %s", item.task_id, exc)
 
     async def _repeat_tap(self, original: str, message_id: str, tenant: str, owner: str) -> tuple[Any, str, Any]:
         """For a repeated message: a tap replaying the original execution, or its recorded reply."""
@@ -180,7 +220,7 @@ class Front:
         config = request.configuration
         immediate = config is not None and config.return_immediately
         tenant = request.tenant or call.tenant
-        tap, task_id, key, repeat, original = await self._submit(request, call)
+        tap, task_id, key, repeat, original, item = await self._submit(request, call)
         if repeat:
             tap, task_id, reply = await self._repeat_tap(original, request.message.message_id, tenant, call.user)
             if reply is not None:
@@ -188,7 +228,7 @@ class Front:
             if tap is None:
                 return await self._stored(task_id, tenant, call.user)
         try:
-            outcome = self._outcome(tap, task_id, tenant, call.user, immediate, key)
+            outcome = self._outcome(tap, item, task_id, tenant, call.user, immediate, key)
             if self.engine.send_timeout is None:
                 return await outcome
             try:
@@ -205,9 +245,9 @@ class Front:
         return record.task.to_json()  # type: ignore[no-any-return]
 
     async def _outcome(
-        self, tap: Any, task_id: str, tenant: str, owner: str, immediate: bool, key: str
+        self, tap: Any, item: WorkItem | None, task_id: str, tenant: str, owner: str, immediate: bool, key: str
     ) -> bytes | Message:
-        async for _seq, event, _data in self.engine._follow(tap, until_terminal=False, tenant=tenant, owner=owner):
+        async for _seq, event, _data in self._execution(tap, item, tenant, owner):
             if isinstance(event, A2AError):
                 raise event
             if isinstance(event, Message):
@@ -230,7 +270,7 @@ class Front:
     ) -> AsyncGenerator[StreamItem, None]:
         """SendStreamingMessage through the work queue: this execution's events, from whichever worker runs it."""
         tenant = request.tenant or call.tenant
-        tap, task_id, key, repeat, original = await self._submit(request, call)
+        tap, task_id, key, repeat, original, work = await self._submit(request, call)
         if repeat:
             tap, task_id, reply = await self._repeat_tap(original, request.message.message_id, tenant, call.user)
             if reply is not None:
@@ -242,7 +282,7 @@ class Front:
                 return
         holder.tap = tap
         try:
-            async for item in self.engine._follow(tap, until_terminal=False, tenant=tenant, owner=call.user):
+            async for item in self._execution(tap, work, tenant, call.user):
                 event = item[1]
                 if isinstance(event, A2AError):
                     raise event

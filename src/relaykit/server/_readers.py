@@ -78,7 +78,9 @@ class Readers:
             # the stream as if all went well.
             raise error
 
-    async def _follow(self, tap: Tap, *, until_terminal: bool, tenant: str, owner: str) -> AsyncIterator[StreamItem]:
+    async def _follow(
+        self, tap: Tap, *, until_terminal: bool, tenant: str, owner: str
+    ) -> AsyncGenerator[StreamItem, None]:
         floor = 0  # events up to this seq are covered by a snapshot this reader was given
         while True:
             try:
