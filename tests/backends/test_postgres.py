@@ -158,6 +158,7 @@ async def test_concurrent_starts_create_the_schema_once(postgres_url: str, pg_na
         f"{pg_namespace}_tasks",
         f"{pg_namespace}_push_configs",
         f"{pg_namespace}_schema",
+        f"{pg_namespace}_workers",
     }
     async with admin(postgres_url) as conn:
         rows = await conn.fetch(f"SELECT id, version FROM {pg_namespace}_schema")

@@ -5,7 +5,17 @@
 True
 """
 
-from relaykit.backends._base import ConflictError, ListPage, PushConfigStore, TaskQuery, TaskRecord, TaskStore
+from relaykit.backends._base import (
+    Claim,
+    ConflictError,
+    ListPage,
+    Orphan,
+    PushConfigStore,
+    TaskClaims,
+    TaskQuery,
+    TaskRecord,
+    TaskStore,
+)
 from relaykit.backends._memory import MemoryPushConfigStore, MemoryTaskStore, failed_status
 from relaykit.backends._url import open_push_store, open_store
 
@@ -25,15 +35,18 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "Claim",
     "ConflictError",
     "ListPage",
     "MemoryPushConfigStore",
     "MemoryTaskStore",
+    "Orphan",
     "PostgresPushConfigStore",
     "PostgresTaskStore",
     "PushConfigStore",
     "StoreInUseError",
     "StoreLockedError",
+    "TaskClaims",
     "TaskQuery",
     "TaskRecord",
     "TaskStore",

@@ -20,15 +20,18 @@ from typing import Protocol, runtime_checkable
 from relaykit._types import Task, TaskPushNotificationConfig, TaskState
 
 __all__ = [
+    "Claim",
     "ConflictError",
     "DeliveryHealth",
     "DeliveryOutcome",
     "ListPage",
+    "Orphan",
     "OutboxChanges",
     "OutboxEntry",
     "PushConfigStore",
     "PushOutbox",
     "StreamKey",
+    "TaskClaims",
     "TaskQuery",
     "TaskRecord",
     "TaskStore",
@@ -109,6 +112,61 @@ class TaskStore(Protocol):
 
     async def purge(self, before: datetime) -> int:
         """Delete terminal tasks whose status timestamp is older than ``before``; returns the count."""
+
+
+# --- task claims (scale-out) ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Claim:
+    """A successful ``TaskClaims.claim``: the task as stored right after it, and who held it before."""
+
+    record: TaskRecord  # the task as stored right after the claim (version already bumped)
+    previous: str | None  # the worker column before this claim (None = was unclaimed)
+
+
+@dataclass(slots=True, frozen=True)
+class Orphan:
+    """An active task nobody alive is running (``TaskClaims.orphans``)."""
+
+    task_id: str
+    tenant: str
+    owner: str
+    worker: str | None  # the dead claimant, or None for an unstarted task
+
+
+@runtime_checkable
+class TaskClaims(Protocol):
+    """Durable leases on tasks, for several processes sharing one store (memory: in-process; PostgreSQL).
+
+    Every process has a worker id kept alive by ``heartbeat``. A process claims a task before it runs (or cancels,
+    or recovers) it and releases it when its local execution is over. A claim succeeds when the task is unclaimed,
+    already claimed by the same worker, or claimed by a worker that is not alive (heartbeat expired, or retired).
+    A claim bumps the task's ``version``, so a presumed-dead writer's next ``save`` raises ``ConflictError``
+    (fencing); ``release`` does not. Stores shared by processes judge liveness on one clock (the database's).
+    """
+
+    async def heartbeat(self, worker: str, ttl: float) -> None:
+        """Upsert: ``worker`` is alive until now + ``ttl`` seconds (the store's clock)."""
+
+    async def retire(self, worker: str) -> None:
+        """Forget ``worker``: its claims become claimable at once."""
+
+    async def claim(self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous") -> Claim | None:
+        """Claim the task for ``worker``; ``None`` when it is missing, out of scope or held by another live worker."""
+
+    async def release(self, task_id: str, worker: str) -> None:
+        """Clear the claim if ``worker`` holds it (otherwise nothing); the version is left alone."""
+
+    async def claimant(self, task_id: str) -> str | None:
+        """The worker currently holding the task (alive or not), ``None`` when unclaimed or missing."""
+
+    async def orphans(self, *, unstarted_after: float, limit: int = 100) -> list[Orphan]:
+        """At most ``limit`` active tasks nobody alive runs, oldest status first.
+
+        Active (SUBMITTED/WORKING) tasks whose claimant is not alive, plus unclaimed SUBMITTED tasks whose status
+        timestamp is more than ``unstarted_after`` seconds old (their queue entry may have been lost).
+        """
 
 
 @runtime_checkable

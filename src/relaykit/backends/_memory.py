@@ -1,4 +1,4 @@
-"""In-memory reference implementations of ``TaskStore`` and ``PushConfigStore``.
+"""In-memory reference implementations of ``TaskStore`` (with ``TaskClaims``) and ``PushConfigStore``.
 
 Tasks are held as compact ProtoJSON bytes, not live model graphs: a stored task costs its encoded size plus a small
 tuple, well under the official SDK's ~1.9 KB per task, and a reader can never mutate the stored copy.
@@ -6,7 +6,9 @@ tuple, well under the official SDK's ~1.9 KB per task, and a reader can never mu
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
+import math
 import time
 from datetime import UTC, datetime
 
@@ -22,9 +24,11 @@ from relaykit._types import (
     new_id,
 )
 from relaykit.backends._base import (
+    Claim,
     ConflictError,
     DeliveryHealth,
     ListPage,
+    Orphan,
     OutboxChanges,
     OutboxEntry,
     StreamKey,
@@ -40,9 +44,9 @@ _TERMINAL = (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskStat
 
 
 class _Row:
-    __slots__ = ("body", "context_id", "event_seq", "key", "owner", "state", "tenant", "version")
+    __slots__ = ("body", "context_id", "event_seq", "key", "owner", "state", "tenant", "version", "worker")
 
-    def __init__(self, record: TaskRecord, version: int) -> None:
+    def __init__(self, record: TaskRecord, version: int, worker: str | None = None) -> None:
         task = record.task
         self.body = record.body if record.body is not None else task.to_json()
         self.tenant = record.tenant
@@ -52,6 +56,8 @@ class _Row:
         self.key = sort_key(task)
         self.version = version
         self.event_seq = record.event_seq
+        # The claimant (TaskClaims): kept across saves, like the PostgreSQL column.
+        self.worker = worker
 
 
 def failed_status(reason: str) -> TaskStatus:
@@ -66,11 +72,16 @@ def failed_status(reason: str) -> TaskStatus:
 class MemoryTaskStore:
     """Tasks in a dict; nothing survives the process.
 
+    Claims (``TaskClaims``) are in-process: worker liveness runs on ``time.monotonic()``, the unstarted-task age in
+    ``orphans`` on the wall clock (status timestamps are wall-clock times).
+
     >>> store = MemoryTaskStore()
     """
 
     def __init__(self) -> None:
         self._rows: dict[str, _Row] = {}
+        # worker id -> monotonic time its heartbeat expires
+        self._workers: dict[str, float] = {}
 
     async def start(self) -> None:
         return None
@@ -99,7 +110,7 @@ class MemoryTaskStore:
             raise ConflictError(f"task {record.task.id} was changed by another writer")
         elif current.tenant != record.tenant or current.owner != record.owner:
             raise ConflictError(f"task {record.task.id} belongs to another scope")
-        self._rows[record.task.id] = _Row(record, record.version + 1)
+        self._rows[record.task.id] = _Row(record, record.version + 1, current.worker if current else None)
         record.version += 1
 
     async def list(self, query: TaskQuery) -> ListPage:
@@ -142,7 +153,8 @@ class MemoryTaskStore:
                 task = Task.from_json(row.body)
                 task.status = failed_status(reason)
                 task.history.append(task.status.message)  # type: ignore[arg-type]
-                self._rows[task_id] = _Row(TaskRecord(task, row.tenant, row.owner, 0, row.event_seq), row.version + 1)
+                record = TaskRecord(task, row.tenant, row.owner, 0, row.event_seq)
+                self._rows[task_id] = _Row(record, row.version + 1, row.worker)
                 count += 1
         return count
 
@@ -152,6 +164,57 @@ class MemoryTaskStore:
         for task_id in doomed:
             del self._rows[task_id]
         return len(doomed)
+
+    # --- TaskClaims ---------------------------------------------------------------------------------------------
+
+    def _alive(self, worker: str) -> bool:
+        expires = self._workers.get(worker)
+        return expires is not None and expires > time.monotonic()
+
+    async def heartbeat(self, worker: str, ttl: float) -> None:
+        if not math.isfinite(ttl):
+            raise ValueError(f"heartbeat ttl must be a finite number of seconds, not {ttl!r}")
+        self._workers[worker] = time.monotonic() + ttl
+
+    async def retire(self, worker: str) -> None:
+        self._workers.pop(worker, None)
+
+    async def claim(self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous") -> Claim | None:
+        row = self._row(task_id, tenant, owner)
+        if row is None:
+            return None
+        previous = row.worker
+        if previous is not None and previous != worker and self._alive(previous):
+            return None
+        # Fencing: the version moves, so a save by the previous holder (read before this claim) conflicts.
+        row.worker = worker
+        row.version += 1
+        return Claim(TaskRecord(Task.from_json(row.body), row.tenant, row.owner, row.version, row.event_seq), previous)
+
+    async def release(self, task_id: str, worker: str) -> None:
+        row = self._rows.get(task_id)
+        if row is not None and row.worker == worker:
+            row.worker = None
+
+    async def claimant(self, task_id: str) -> str | None:
+        row = self._rows.get(task_id)
+        return row.worker if row is not None else None
+
+    # builtins.list: in this class body ``list`` is the ListTasks method.
+    async def orphans(self, *, unstarted_after: float, limit: int = 100) -> builtins.list[Orphan]:
+        stale_before = round((time.time() - unstarted_after) * 1_000_000)
+        found: list[tuple[tuple[int, str], Orphan]] = []
+        for task_id, row in self._rows.items():
+            if row.state not in _ACTIVE:
+                continue
+            if row.worker is not None:
+                if self._alive(row.worker):
+                    continue
+            elif row.state is not TaskState.SUBMITTED or row.key[0] >= stale_before:
+                continue
+            found.append((row.key, Orphan(task_id, row.tenant, row.owner, row.worker)))
+        found.sort(key=lambda item: item[0])
+        return [orphan for _, orphan in found[: max(limit, 0)]]
 
 
 class MemoryPushConfigStore:

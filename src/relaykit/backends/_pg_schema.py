@@ -13,7 +13,7 @@ from typing import Any
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_namespace", "lock_key", "migrate"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this relaykit writes; older schemas are migrated on start, newer ones refused."""
 
 _NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}\Z")
@@ -54,6 +54,19 @@ MIGRATIONS: list[list[str]] = [
             body    BYTEA NOT NULL,
             CONSTRAINT {ns}_push_pk PRIMARY KEY (tenant, owner, task_id, id)
         )""",
+    ],
+    # 2: task claims (scale-out). Adding a nullable column without a default rewrites nothing (catalog only).
+    [
+        # The worker holding the task (TaskClaims.claim); NULL = unclaimed.
+        'ALTER TABLE {ns}_tasks ADD COLUMN worker TEXT COLLATE "C"',
+        # Live workers: a worker is alive while expires_at > now() (the database clock, one for every replica).
+        """CREATE TABLE {ns}_workers (
+            id         TEXT COLLATE "C" NOT NULL,
+            expires_at TIMESTAMPTZ NOT NULL,
+            CONSTRAINT {ns}_workers_pk PRIMARY KEY (id)
+        )""",
+        # The tasks of one worker (cancel routing, a worker's own claims); only claimed rows are indexed.
+        "CREATE INDEX {ns}_tasks_worker ON {ns}_tasks (worker) WHERE worker IS NOT NULL",
     ],
 ]
 

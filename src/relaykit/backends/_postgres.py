@@ -40,6 +40,11 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   unquoted, so like SQLite they are case-insensitive.
 * PostgreSQL text cannot hold NUL: an id or scope containing one can match no stored row (reads return
   nothing, ``save`` raises ``ValueError``).
+* **Claims** (``TaskClaims``, schema version 2): the ``worker`` column of a task names its claimant,
+  ``<namespace>_workers`` holds each worker's heartbeat expiry. Liveness is judged on the database clock
+  (``expires_at > now()``), never a replica's, so clock skew between replicas cannot make a live worker look
+  dead. ``claim`` is one statement (the row locked, the holder's liveness checked, the claim written, the version
+  bumped); ``save`` leaves the column alone.
 
 Modules: this one holds ``PostgresTaskStore`` (and re-exports the public names below); ``_pg_db`` the pool, the
 guard, outage mapping and administration (``upgrade``, ``drop_namespace``); ``_pg_schema`` the schema version and
@@ -48,12 +53,14 @@ migrations; ``_pg_push`` ``PostgresPushConfigStore``.
 
 from __future__ import annotations
 
+import builtins
+import math
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from relaykit._types import Task, TaskState
-from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord
+from relaykit.backends._base import Claim, ConflictError, ListPage, Orphan, TaskQuery, TaskRecord
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends._memory import failed_status
 from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
@@ -141,6 +148,32 @@ class PostgresTaskStore(AttachedStore[Database]):
             "WHERE o.id = u.id"
         )
         self._sql_purge = f"DELETE FROM {t} WHERE state = ANY($1::text[]) AND status_ts < $2"
+        # --- claims: a worker is alive while its row's expires_at > now() (the database clock)
+        w = f"{self._db.namespace}_workers"
+        self._sql_heartbeat = (
+            f"INSERT INTO {w} (id, expires_at) VALUES ($1, now() + make_interval(secs => $2)) "
+            "ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at"
+        )
+        self._sql_retire = f"DELETE FROM {w} WHERE id = $1"
+        # One statement: the subquery locks the row (a concurrent claim waits here, then sees this one's worker),
+        # and yields the worker before the claim, which RETURNING (new values only) could not.
+        self._sql_claim = (
+            f"UPDATE {t} AS t SET worker = $4, version = t.version + 1 "
+            f"FROM (SELECT id, worker FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3 FOR UPDATE) AS p "
+            "WHERE t.id = p.id AND (p.worker IS NULL OR p.worker = $4 OR NOT EXISTS "
+            f"(SELECT 1 FROM {w} WHERE id = p.worker AND expires_at > now())) "
+            "RETURNING t.body, t.version, t.event_seq, p.worker"
+        )
+        self._sql_release = f"UPDATE {t} SET worker = NULL WHERE id = $1 AND worker = $2"
+        self._sql_claimant = f"SELECT worker FROM {t} WHERE id = $1"
+        # On the state index: only active rows are read. $3: the unstarted age limit in µs, against now().
+        self._sql_orphans = (
+            f"SELECT t.id, t.tenant, t.owner, t.worker FROM {t} AS t WHERE t.state = ANY($1::text[]) AND ("
+            f"(t.worker IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {w} WHERE id = t.worker AND expires_at > now())) "
+            "OR (t.worker IS NULL AND t.state = $2 "
+            "AND t.status_ts < (extract(epoch FROM now()) * 1000000)::bigint - $3::bigint)) "
+            "ORDER BY t.status_ts, t.id LIMIT $4"
+        )
 
     @property
     def dsn(self) -> str:
@@ -322,3 +355,69 @@ class PostgresTaskStore(AttachedStore[Database]):
             return str(await conn.execute(self._sql_purge, _TERMINAL, limit))
 
         return rowcount(await self._db.run(job))
+
+    # --- TaskClaims -----------------------------------------------------------------------------------------------
+
+    async def heartbeat(self, worker: str, ttl: float) -> None:
+        if has_nul(worker):
+            raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
+        if not math.isfinite(ttl):
+            raise ValueError(f"heartbeat ttl must be a finite number of seconds, not {ttl!r}")
+
+        async def job(conn: Any) -> None:
+            await conn.execute(self._sql_heartbeat, worker, float(ttl))
+
+        await self._db.run(job)
+
+    async def retire(self, worker: str) -> None:
+        if has_nul(worker):
+            return
+
+        async def job(conn: Any) -> None:
+            await conn.execute(self._sql_retire, worker)
+
+        await self._db.run(job)
+
+    async def claim(self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous") -> Claim | None:
+        if has_nul(worker):
+            raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
+        if has_nul(task_id, tenant, owner):
+            return None
+
+        async def job(conn: Any) -> Any:
+            return await conn.fetchrow(self._sql_claim, task_id, tenant, owner, worker)
+
+        row = await self._db.run(job)
+        if row is None:
+            return None
+        return Claim(TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]), int(row[2])), row[3])
+
+    async def release(self, task_id: str, worker: str) -> None:
+        if has_nul(task_id, worker):
+            return
+
+        async def job(conn: Any) -> None:
+            await conn.execute(self._sql_release, task_id, worker)
+
+        await self._db.run(job)
+
+    async def claimant(self, task_id: str) -> str | None:
+        if has_nul(task_id):
+            return None
+
+        async def job(conn: Any) -> Any:
+            return await conn.fetchval(self._sql_claimant, task_id)
+
+        worker = await self._db.run(job)
+        return str(worker) if worker is not None else None
+
+    # builtins.list: in this class body ``list`` is the ListTasks method.
+    async def orphans(self, *, unstarted_after: float, limit: int = 100) -> builtins.list[Orphan]:
+        age_us = round(unstarted_after * 1_000_000)
+        size = max(limit, 0)
+
+        async def job(conn: Any) -> builtins.list[Any]:
+            return list(await conn.fetch(self._sql_orphans, _ACTIVE, TaskState.SUBMITTED.value, age_us, size))
+
+        rows = await self._db.run(job)
+        return [Orphan(str(row[0]), str(row[1]), str(row[2]), row[3]) for row in rows]
