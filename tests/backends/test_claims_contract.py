@@ -318,6 +318,8 @@ async def test_orphans(store: ClaimingStore) -> None:
     await held("dead-submitted", "gone", state=TaskState.SUBMITTED, ts=at(1), tenant="acme", owner="alice")
     await held("never-alive", "ghost", state=TaskState.WORKING, ts=at(4))
     await insert(store, "stale-unclaimed", state=TaskState.SUBMITTED, ts=at(2))
+    # Let go of while WORKING by a runner that could not record its end: nobody runs it.
+    await insert(store, "stale-working-unclaimed", state=TaskState.WORKING, ts=at(5))
     # Not orphans: a live claimant's tasks, terminal or interrupted tasks, a fresh unclaimed submission.
     await held("live-working", "live", state=TaskState.WORKING, ts=at(0))
     await held("live-submitted", "live", state=TaskState.SUBMITTED, ts=at(0))
@@ -325,6 +327,7 @@ async def test_orphans(store: ClaimingStore) -> None:
     await held("dead-failed", "gone", state=TaskState.FAILED, ts=at(0))
     await held("dead-input", "gone", state=TaskState.INPUT_REQUIRED, ts=at(0))
     await insert(store, "fresh-unclaimed", state=TaskState.SUBMITTED, ts=now())
+    await insert(store, "fresh-working-unclaimed", state=TaskState.WORKING, ts=now())
     await insert(store, "old-completed-unclaimed", state=TaskState.COMPLETED, ts=at(0))
     await store.retire("gone")
 
@@ -335,6 +338,7 @@ async def test_orphans(store: ClaimingStore) -> None:
         Orphan("stale-unclaimed", "", "anonymous", None),
         Orphan("dead-working", "", "anonymous", "gone"),
         Orphan("never-alive", "", "anonymous", "ghost"),
+        Orphan("stale-working-unclaimed", "", "anonymous", None),
     ]
     assert await store.orphans(unstarted_after=60.0, limit=2) == found[:2]
     assert await store.orphans(unstarted_after=60.0, limit=0) == []

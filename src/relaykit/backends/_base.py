@@ -164,8 +164,9 @@ class TaskClaims(Protocol):
     async def orphans(self, *, unstarted_after: float, limit: int = 100) -> list[Orphan]:
         """At most ``limit`` active tasks nobody alive runs, oldest status first.
 
-        Active (SUBMITTED/WORKING) tasks whose claimant is not alive, plus unclaimed SUBMITTED tasks whose status
-        timestamp is more than ``unstarted_after`` seconds old (their queue entry may have been lost).
+        Active (SUBMITTED/WORKING) tasks whose claimant is not alive, plus unclaimed active tasks whose status
+        timestamp is more than ``unstarted_after`` seconds old: a SUBMITTED one's queue entry may have been lost, and
+        a WORKING one was let go by a runner that could not finish recording it (every running task is claimed).
         """
 
 

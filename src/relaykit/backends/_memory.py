@@ -210,7 +210,7 @@ class MemoryTaskStore:
             if row.worker is not None:
                 if self._alive(row.worker):
                     continue
-            elif row.state is not TaskState.SUBMITTED or row.key[0] >= stale_before:
+            elif row.key[0] >= stale_before:
                 continue
             found.append((row.key, Orphan(task_id, row.tenant, row.owner, row.worker)))
         found.sort(key=lambda item: item[0])

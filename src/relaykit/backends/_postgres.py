@@ -170,7 +170,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         self._sql_orphans = (
             f"SELECT t.id, t.tenant, t.owner, t.worker FROM {t} AS t WHERE t.state = ANY($1::text[]) AND ("
             f"(t.worker IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {w} WHERE id = t.worker AND expires_at > now())) "
-            "OR (t.worker IS NULL AND t.state = $2 "
+            "OR (t.worker IS NULL AND t.state = ANY($2::text[]) "
             "AND t.status_ts < (extract(epoch FROM now()) * 1000000)::bigint - $3::bigint)) "
             "ORDER BY t.status_ts, t.id LIMIT $4"
         )
@@ -417,7 +417,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         size = max(limit, 0)
 
         async def job(conn: Any) -> builtins.list[Any]:
-            return list(await conn.fetch(self._sql_orphans, _ACTIVE, TaskState.SUBMITTED.value, age_us, size))
+            return list(await conn.fetch(self._sql_orphans, _ACTIVE, _ACTIVE, age_us, size))
 
         rows = await self._db.run(job)
         return [Orphan(str(row[0]), str(row[1]), str(row[2]), row[3]) for row in rows]
