@@ -166,7 +166,13 @@ class EventBus(Protocol):
         """The newest sequence number this process knows for a task (``default`` if none)."""
 
     async def publish(
-        self, task_id: str, event: Any, data: bytes | None, *, terminal: bool = False, base_seq: int = 0,
+        self,
+        task_id: str,
+        event: Any,
+        data: bytes | None,
+        *,
+        terminal: bool = False,
+        base_seq: int = 0,
         execution: str = "",
     ) -> int:
         """Append one event (``data``: its StreamResponse JSON, or ``None`` to encode lazily); returns its seq.

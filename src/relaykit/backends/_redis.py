@@ -285,9 +285,7 @@ class RedisEventBus:
         await retrying(self.url, self.outage_timeout, job)
         self._set_seq(task_id, seq)
 
-    def _deliver(
-        self, task_id: str, seq: int, event: Any, data: bytes, execution: str, error: A2AError | None
-    ) -> None:
+    def _deliver(self, task_id: str, seq: int, event: Any, data: bytes, execution: str, error: A2AError | None) -> None:
         self.woke = False
         watch = self._watch.get(task_id)
         if watch is None:
