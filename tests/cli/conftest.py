@@ -8,26 +8,16 @@ with its own fixture names.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
+import functools
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from support.servers import HOST, REPO_ROOT, environ, free_port, start_parallel, start_serve, stop_all
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-HOST = "127.0.0.1"
-READY_TIMEOUT = 20.0  # seconds for a server to answer GET /readyz 200
-STOP_TIMEOUT = 10.0  # seconds after SIGTERM before SIGKILL
 CLI_TIMEOUT = 30.0  # seconds any one CLI command may take
-POLL_INTERVAL = 0.05  # waiting on an external process
 SLOW_SECONDS = "2"
 EXAMPLES = {
     "echo": ("examples/echo.py", {}),
@@ -35,92 +25,26 @@ EXAMPLES = {
     "ask": ("examples/ask.py", {}),
     "slow": ("examples/slow.py", {"SLOW_SECONDS": SLOW_SECONDS}),
 }
-
-
-def free_port() -> int:
-    """A port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+CLI_ENV: dict[str, str | None] = {"TERM": "dumb", "RELAYKIT_TOKEN": None}  # None: removed
 
 
 def cli_env() -> dict[str, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TERM": "dumb"}
-    env.pop("RELAYKIT_TOKEN", None)
-    return env
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=STOP_TIMEOUT)
-
-
-def _ready(url: str, proc: subprocess.Popen[bytes], client: httpx.Client, deadline: float) -> bool:
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        with contextlib.suppress(httpx.HTTPError):
-            if client.get(f"{url}/readyz").status_code == 200:
-                return True
-        time.sleep(POLL_INTERVAL)
-    return False
+    return environ(CLI_ENV)
 
 
 @pytest.fixture(scope="session")
 def examples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """``{"echo": url, "stream": url, "ask": url, "slow": url}``: the example agents, served."""
     logs = tmp_path_factory.mktemp("cli-servers")
-    procs: dict[str, tuple[subprocess.Popen[bytes], str, Path]] = {}
+    starters = [
+        functools.partial(start_serve, target, logs, name=name, env={**CLI_ENV, **extra_env})
+        for name, (target, extra_env) in EXAMPLES.items()
+    ]
+    servers = start_parallel(starters)
     try:
-        for name, (target, extra_env) in EXAMPLES.items():
-            port = free_port()
-            log_path = logs / f"{name}.log"
-            with log_path.open("wb") as log:
-                proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "relaykit.cli",
-                        "serve",
-                        target,
-                        "--host",
-                        HOST,
-                        "--port",
-                        str(port),
-                        "--public-url",
-                        f"http://{HOST}:{port}",
-                        "--store",
-                        "memory",
-                        "--grace",
-                        "1",
-                        "--log-level",
-                        "warning",
-                    ],
-                    cwd=REPO_ROOT,
-                    env={**cli_env(), **extra_env},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-            procs[name] = (proc, f"http://{HOST}:{port}", log_path)
-        deadline = time.monotonic() + READY_TIMEOUT
-        with httpx.Client(timeout=2.0) as client:
-            for name, (proc, url, log_path) in procs.items():
-                if not _ready(url, proc, client, deadline):
-                    raise RuntimeError(f"relaykit serve {name} did not become ready:\n{log_path.read_text()[-3000:]}")
-        yield {name: url for name, (_proc, url, _log) in procs.items()}
+        yield {name: server.url for name, server in zip(EXAMPLES, servers, strict=True)}
     finally:
-        for proc, _url, _log in procs.values():  # signal all first: they shut down in parallel
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc, _url, _log in procs.values():
-            with contextlib.suppress(Exception):
-                _stop(proc)
+        stop_all(servers)
 
 
 def run_cli(*args: str, stdin: str | None = None, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess[str]:

@@ -23,7 +23,7 @@ extended card without configuring one (ExtensionSupportRequiredError / ExtendedA
   (an SSE ``event: error`` frame);
 * its request body limit is ``MAX_BODY`` bytes (a larger message gets HTTP 413).
 
-Apps read their public URL from ``RELAYKIT_TEST_PUBLIC_URL`` (set by ``_procs.start_relaykit``).
+Apps read their public URL from ``RELAYKIT_TEST_PUBLIC_URL`` (set by ``support.servers.start_serve``).
 """
 
 import asyncio

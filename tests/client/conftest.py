@@ -1,7 +1,7 @@
 """Fixtures for the client tests: server processes (session-scoped, started on first use, stopped at the end) and
 small helpers shared by the test modules.
 
-Servers (each a separate process on 127.0.0.1, see ``_procs.py``):
+Servers (each a separate process on 127.0.0.1, see ``support.servers`` and ``_procs.py``):
 
 * ``kitchen_server``: ``relaykit serve tests/client/_agents.py:kitchen_app`` (push on, extended card configured);
 * ``sdk_server``: ``python tests/client/_sdk_server.py`` (a2a-sdk 1.3.0, the same behaviour);
@@ -12,43 +12,21 @@ Servers (each a separate process on 127.0.0.1, see ``_procs.py``):
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.servers import ServerPool, ServerProcess, start_serve
 
-from client._procs import ServerProcess, start_relaykit, start_sdk
+from client._procs import start_sdk
 
 AGENTS = "tests/client/_agents.py"
 
 
-class _Servers:
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.running: dict[str, ServerProcess] = {}
-
-    def get(self, key: str, start: Callable[[Path], ServerProcess]) -> ServerProcess:
-        server = self.running.get(key)
-        if server is None or server.proc.poll() is not None:
-            server = start(self.log_dir)
-            self.running[key] = server
-        return server
-
-    def stop_all(self) -> None:
-        for server in self.running.values():
-            with contextlib.suppress(Exception):
-                server.stop()
-        self.running.clear()
-
-
 @pytest.fixture(scope="session")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Servers]:
-    registry = _Servers(tmp_path_factory.mktemp("client-servers"))
-    try:
-        yield registry
-    finally:
-        registry.stop_all()
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
+    with ServerPool(tmp_path_factory.mktemp("client-servers")) as pool:
+        yield pool
 
 
 @pytest.fixture(scope="session")
@@ -57,28 +35,28 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def kitchen_server(servers: _Servers) -> ServerProcess:
-    return servers.get("kitchen", lambda d: start_relaykit(f"{AGENTS}:kitchen_app", d))
+def kitchen_server(servers: ServerPool) -> ServerProcess:
+    return servers.get("kitchen", lambda d: start_serve(f"{AGENTS}:kitchen_app", d))
 
 
 @pytest.fixture(scope="session")
-def sdk_server(servers: _Servers) -> ServerProcess:
+def sdk_server(servers: ServerPool) -> ServerProcess:
     return servers.get("sdk", lambda d: start_sdk(d))
 
 
 @pytest.fixture(scope="session")
-def nopush_server(servers: _Servers) -> ServerProcess:
-    return servers.get("nopush", lambda d: start_relaykit(f"{AGENTS}:kitchen", d, args=["--no-push"]))
+def nopush_server(servers: ServerPool) -> ServerProcess:
+    return servers.get("nopush", lambda d: start_serve(f"{AGENTS}:kitchen", d, args=["--no-push"]))
 
 
 @pytest.fixture(scope="session")
-def strict_server(servers: _Servers) -> ServerProcess:
-    return servers.get("strict", lambda d: start_relaykit(f"{AGENTS}:strict_app", d))
+def strict_server(servers: ServerPool) -> ServerProcess:
+    return servers.get("strict", lambda d: start_serve(f"{AGENTS}:strict_app", d))
 
 
 @pytest.fixture(scope="session")
-def raising_server(servers: _Servers) -> ServerProcess:
-    return servers.get("raising", lambda d: start_relaykit(f"{AGENTS}:raising_app", d))
+def raising_server(servers: ServerPool) -> ServerProcess:
+    return servers.get("raising", lambda d: start_serve(f"{AGENTS}:raising_app", d))
 
 
 BINDINGS = [pytest.param("JSONRPC", id="jsonrpc"), pytest.param("HTTP+JSON", id="rest")]

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
+from support.servers import ServerProcess
 
 from client._net import MiniHTTP, Request, Response, forward_to
-from client._procs import ServerProcess
 from relaykit import Task
 from relaykit.client import (
     APIKeyAuth,

@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx
 import pytest
+from support.servers import ServerProcess, free_port
 
 from client._net import MiniHTTP, Request, Response, forward_to
-from client._procs import ServerProcess, free_port
 from relaykit import Task
 from relaykit._methods import Operation, Route
 from relaykit.client import Client, ResumePolicy, RetryPolicy

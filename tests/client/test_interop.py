@@ -12,8 +12,8 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from support.servers import ServerProcess
 
-from client._procs import ServerProcess
 from relaykit import (
     Message,
     Role,

@@ -13,8 +13,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-
-from client._procs import REPO_ROOT, ServerProcess, start_relaykit
+from support.servers import REPO_ROOT, ServerProcess, start_serve
 
 README = REPO_ROOT / "README.md"
 SECTION = "## Calling an agent"
@@ -45,7 +44,7 @@ def example_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
     started: dict[str, ServerProcess] = {}
     try:
         for example in sorted({example for example, _, _ in SNIPPETS}):
-            started[example] = start_relaykit(example, logs)
+            started[example] = start_serve(example, logs)
         yield started
     finally:
         for server in started.values():

@@ -17,9 +17,10 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.servers import ServerProcess, free_port, start_serve
 
 from client._net import CutProxy
-from client._procs import ServerProcess, free_port, start_relaykit, start_sdk
+from client._procs import start_sdk
 from relaykit import Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
 from relaykit.client import Client, ResumePolicy
 from relaykit.client._client import Event
@@ -45,7 +46,7 @@ def resume_servers(
     logs = tmp_path_factory.mktemp("resume-servers")
     started: dict[str, ServerProcess] = {}
     try:
-        started["relaykit"] = start_relaykit(
+        started["relaykit"] = start_serve(
             f"{AGENTS}:kitchen", logs, public_url=f"http://127.0.0.1:{proxy_ports['relaykit']}"
         )
         started["a2a-sdk"] = start_sdk(logs, public_url=f"http://127.0.0.1:{proxy_ports['a2a-sdk']}")
@@ -148,7 +149,7 @@ async def test_proxy_refuses_ends_in_reconnect_error(kind: str, proxy: CutProxy,
 async def test_server_killed_ends_in_reconnect_error(binding: str, tmp_path: Path) -> None:
     """The server process dies (SIGKILL) mid-stream and never comes back."""
     proxy = await CutProxy().start()
-    server = await asyncio.to_thread(start_relaykit, f"{AGENTS}:kitchen", tmp_path, public_url=proxy.url)
+    server = await asyncio.to_thread(start_serve, f"{AGENTS}:kitchen", tmp_path, public_url=proxy.url)
     proxy.upstream_port = server.port
     policy = ResumePolicy(attempts=4, backoff=0.01, max_backoff=0.02)
     received: list[int] = []

@@ -12,12 +12,12 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx
 import pytest
+from support.servers import REPO_ROOT, ServerProcess
 
 from relaykit._grpc_gen import a2a_pb2 as pb
 from relaykit._types import Task, TaskState, TaskStatusUpdateEvent
@@ -25,16 +25,14 @@ from relaykit.client import Client
 from relaykit.client._grpc import GrpcTransport
 from relaykit.grpc import FIRST_EVENT_ID, SERVICE_NAME
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TARGET = "tests/grpc/grpc_test_agents.py"
 TIMEOUT = 20.0
 STOP_TIMEOUT = 15.0
 V1 = {"A2A-Version": "1.0"}
-ServeProcess = Any  # conftest.ServeProcess
 
 
 @pytest.fixture
-def served(relaykit_serve: Callable[..., ServeProcess]) -> ServeProcess:
+def served(relaykit_serve: Callable[..., ServerProcess]) -> ServerProcess:
     return relaykit_serve(TARGET)
 
 
@@ -49,9 +47,9 @@ async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str | None
             event_id = None
 
 
-async def test_card_lists_grpc_at_localhost_after_http(served: ServeProcess) -> None:
+async def test_card_lists_grpc_at_localhost_after_http(served: ServerProcess) -> None:
     async with httpx.AsyncClient(timeout=TIMEOUT) as http:
-        card = (await http.get(f"{served.base_url}/.well-known/agent-card.json")).json()
+        card = (await http.get(f"{served.url}/.well-known/agent-card.json")).json()
     interfaces = [(i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]]
     assert interfaces == [
         ("JSONRPC", f"http://localhost:{served.port}/"),
@@ -59,17 +57,17 @@ async def test_card_lists_grpc_at_localhost_after_http(served: ServeProcess) -> 
         ("GRPC", f"localhost:{served.grpc_port}"),
     ]
     # Negotiation: a client preferring gRPC gets it from the card; the default order keeps JSON-RPC first.
-    async with Client(served.base_url, transports=["GRPC", "JSONRPC"], timeout=TIMEOUT) as client:
+    async with Client(served.url, transports=["GRPC", "JSONRPC"], timeout=TIMEOUT) as client:
         assert isinstance(client.transport, GrpcTransport)
         task = await client.send("over grpc")
         assert isinstance(task, Task)
         assert task.artifacts[0].text_content == "over grpc"
-    async with Client(served.base_url, timeout=TIMEOUT) as client:
+    async with Client(served.url, timeout=TIMEOUT) as client:
         assert client.transport.binding == "JSONRPC"
         assert (await client.get_task(task.id)).model_dump() == task.model_dump()
 
 
-async def test_one_task_across_grpc_jsonrpc_sse_and_rest(served: ServeProcess) -> None:
+async def test_one_task_across_grpc_jsonrpc_sse_and_rest(served: ServerProcess) -> None:
     async with (
         asyncio.timeout(TIMEOUT),
         Client(transport=GrpcTransport(served.grpc_address), timeout=TIMEOUT) as grpc_client,
@@ -84,7 +82,7 @@ async def test_one_task_across_grpc_jsonrpc_sse_and_rest(served: ServeProcess) -
         grpc_subscription = channel.unary_stream(
             f"/{SERVICE_NAME}/SubscribeToTask", response_deserializer=pb.StreamResponse.FromString
         )(pb.SubscribeToTaskRequest(id=created.id).SerializeToString(), metadata=(("a2a-version", "1.0"),))
-        async with http.stream("POST", f"{served.base_url}/", json=body, headers=V1) as response:
+        async with http.stream("POST", f"{served.url}/", json=body, headers=V1) as response:
             assert response.headers["content-type"].startswith("text/event-stream")
             events = sse_events(response)
             snapshot_id, snapshot = await anext(events)
@@ -94,7 +92,7 @@ async def test_one_task_across_grpc_jsonrpc_sse_and_rest(served: ServeProcess) -
             assert dict(await grpc_subscription.initial_metadata())[FIRST_EVENT_ID] == snapshot_id
             assert grpc_snapshot.task.id == created.id
             # 3. Canceled over REST.
-            canceled = await http.post(f"{served.base_url}/tasks/{created.id}:cancel", headers=V1)
+            canceled = await http.post(f"{served.url}/tasks/{created.id}:cancel", headers=V1)
             assert canceled.status_code == 200
             assert canceled.json()["status"]["state"] == "TASK_STATE_CANCELED"
             rest = [event async for event in events]
@@ -109,9 +107,9 @@ async def test_one_task_across_grpc_jsonrpc_sse_and_rest(served: ServeProcess) -
         await channel.close()
         # 4. One task, consistent everywhere.
         over_grpc = await grpc_client.get_task(created.id)
-        over_rest = Task.model_validate((await http.get(f"{served.base_url}/tasks/{created.id}", headers=V1)).json())
+        over_rest = Task.model_validate((await http.get(f"{served.url}/tasks/{created.id}", headers=V1)).json())
         jsonrpc = await http.post(
-            f"{served.base_url}/",
+            f"{served.url}/",
             json={"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": created.id}},
             headers=V1,
         )
@@ -120,7 +118,7 @@ async def test_one_task_across_grpc_jsonrpc_sse_and_rest(served: ServeProcess) -
     assert over_grpc == over_rest == over_jsonrpc
 
 
-async def test_sigterm_drains_and_stops_grpc(served: ServeProcess) -> None:
+async def test_sigterm_drains_and_stops_grpc(served: ServerProcess) -> None:
     async with Client(transport=GrpcTransport(served.grpc_address), timeout=TIMEOUT) as client:
         async with asyncio.timeout(TIMEOUT):
             task = await client.send("hold", return_immediately=True)
@@ -131,7 +129,7 @@ async def test_sigterm_drains_and_stops_grpc(served: ServeProcess) -> None:
             stopping = asyncio.get_running_loop().run_in_executor(None, served.stop)
             rest = [event async for event in subscription]
             code = await asyncio.wait_for(stopping, STOP_TIMEOUT)
-        assert code == 0, served.log()[-3000:]
+        assert code == 0, served.log_tail(3000)
         last = rest[-1]
         assert isinstance(last, TaskStatusUpdateEvent)
         assert last.status.state is TaskState.FAILED
@@ -145,7 +143,7 @@ async def test_sigterm_drains_and_stops_grpc(served: ServeProcess) -> None:
         await channel.close()
 
 
-def test_grpc_port_in_use_is_a_clear_error(served: ServeProcess) -> None:
+def test_grpc_port_in_use_is_a_clear_error(served: ServerProcess) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         http_port = probe.getsockname()[1]

@@ -15,17 +15,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from _servers import ServerFactory
+from support.servers import ServerPool, start_serve
 
 
 @pytest.fixture(scope="session")
 def relaykit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., str]]:
     """``relaykit_server("examples/echo.py", store="memory", env={"SLOW_SECONDS": "3"})`` ⇒ base URL."""
-    factory = ServerFactory(tmp_path_factory.mktemp("relaykit-servers"))
-    try:
-        yield factory
-    finally:
-        factory.stop_all()
+    with ServerPool(tmp_path_factory.mktemp("relaykit-servers")) as pool:
+
+        def server(
+            target: str, *, store: str = "memory", env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+        ) -> str:
+            key = (target, store, tuple(sorted((env or {}).items())), args)
+            return pool.get(key, lambda logs: start_serve(target, logs, store=store, env=env, args=args)).url
+
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -12,11 +12,12 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from _servers import REPO_ROOT, ServerFactory, ServerProcess
+from support.servers import REPO_ROOT, ServerProcess, start_serve, stop_all
 
 HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 SLOW = {"SLOW_SECONDS": "60"}
@@ -45,22 +46,24 @@ def _status_text(task: dict) -> str:
 
 
 @pytest.fixture
-def factory(tmp_path: Path) -> ServerFactory:
-    made = ServerFactory(tmp_path)
-    yield made
-    made.stop_all()
+def slow_server(tmp_path: Path) -> Iterator[Callable[[str], ServerProcess]]:
+    """``slow_server(store)`` ⇒ ``relaykit serve examples/slow.py`` on that store, ready; all stopped at teardown."""
+    started: list[ServerProcess] = []
+
+    def start(store: str) -> ServerProcess:
+        started.append(start_serve("examples/slow.py", tmp_path, store=store, env=SLOW))
+        return started[-1]
+
+    yield start
+    stop_all(started)
 
 
-def _start(factory: ServerFactory, store: str, index: int) -> ServerProcess:
-    server = factory.start("examples/slow.py", store=store, env=SLOW, args=(), index=index)
-    factory.servers[("slow", index)] = server
-    return server
-
-
-def test_sigterm_fails_running_tasks_and_ends_streams(factory: ServerFactory, tmp_path: Path) -> None:
+def test_sigterm_fails_running_tasks_and_ends_streams(
+    slow_server: Callable[[str], ServerProcess], tmp_path: Path
+) -> None:
     store = f"sqlite:///{tmp_path / 'tasks.db'}"
-    server = _start(factory, store, 0)
-    task = _send_slow(server.base_url)
+    server = slow_server(store)
+    task = _send_slow(server.url)
 
     # An open SubscribeToTask stream must end cleanly (not hang) when the server stops.
     events: list[dict] = []
@@ -68,7 +71,7 @@ def test_sigterm_fails_running_tasks_and_ends_streams(factory: ServerFactory, tm
 
     def read_stream() -> None:
         with httpx.stream(
-            "POST", f"{server.base_url}/tasks/{task['id']}:subscribe", headers=HEADERS, timeout=30
+            "POST", f"{server.url}/tasks/{task['id']}:subscribe", headers=HEADERS, timeout=30
         ) as response:
             for line in response.iter_lines():
                 if line.startswith("data: "):
@@ -84,29 +87,30 @@ def test_sigterm_fails_running_tasks_and_ends_streams(factory: ServerFactory, tm
     assert "task" in events[0]
     assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_FAILED"
 
-    restarted = _start(factory, store, 1)
-    stored = _get(restarted.base_url, task["id"])
+    restarted = slow_server(store)
+    stored = _get(restarted.url, task["id"])
     assert stored["status"]["state"] == "TASK_STATE_FAILED"
     assert "server shutdown" in _status_text(stored)
 
 
-def test_crash_leaves_no_task_working(factory: ServerFactory, tmp_path: Path) -> None:
+def test_crash_leaves_no_task_working(slow_server: Callable[[str], ServerProcess], tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'tasks.db'}"
-    server = _start(factory, store, 0)
-    task = _send_slow(server.base_url)
-    assert _get(server.base_url, task["id"])["status"]["state"] == "TASK_STATE_WORKING"
-    server.proc.kill()  # no chance to clean up
-    server.proc.wait(timeout=10)
+    server = slow_server(store)
+    task = _send_slow(server.url)
+    assert _get(server.url, task["id"])["status"]["state"] == "TASK_STATE_WORKING"
+    server.kill9()  # no chance to clean up
 
-    restarted = _start(factory, store, 1)
-    stored = _get(restarted.base_url, task["id"])
+    restarted = slow_server(store)
+    stored = _get(restarted.url, task["id"])
     assert stored["status"]["state"] == "TASK_STATE_FAILED"
     assert "server restarted" in _status_text(stored)
 
 
-def test_second_server_on_the_same_sqlite_file_is_refused(factory: ServerFactory, tmp_path: Path) -> None:
+def test_second_server_on_the_same_sqlite_file_is_refused(
+    slow_server: Callable[[str], ServerProcess], tmp_path: Path
+) -> None:
     db = tmp_path / "tasks.db"
-    _start(factory, f"sqlite:///{db}", 0)
+    slow_server(f"sqlite:///{db}")
     second = subprocess.run(
         [sys.executable, "-m", "relaykit.cli", "serve", "examples/echo.py", "--port", "0", "--store", str(db)],
         cwd=REPO_ROOT,

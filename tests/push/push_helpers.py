@@ -10,8 +10,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,21 +21,14 @@ from typing import Any, TypeVar
 import httpx
 import uvicorn
 from cryptography.hazmat.primitives import serialization
+from support.servers import HOST, ServerProcess, environ, start_serve, stop_process
 
 HERE = Path(__file__).resolve().parent
-REPO_ROOT = HERE.parents[1]
-HOST = "127.0.0.1"
 A2A = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 POLL = 0.05  # seconds between polls of another process
 WAIT = 20.0  # default bound of a wait
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(probe: Callable[[], T | None], *, timeout: float = WAIT, what: str = "condition") -> T:
@@ -61,7 +52,7 @@ class Recorder:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=environ(),
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().decode().strip()
@@ -101,19 +92,13 @@ class Recorder:
 
     def close(self) -> None:
         self.client.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
 
 class Server:
-    """``relaykit serve TARGET`` in a subprocess."""
+    """``relaykit serve TARGET`` in a subprocess (``support.servers.start_serve``), with A2A calls over HTTP+JSON."""
 
     def __init__(
         self, target: str, *args: str, store: str = "memory", log_dir: Path, env: dict[str, str] | None = None
@@ -123,85 +108,30 @@ class Server:
         self.store = store
         self.log_dir = log_dir
         self.env = env or {}
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
-        self.starts = 0
+        self.process: ServerProcess | None = None
         self.start()
+
+    @property
+    def port(self) -> int:
+        assert self.process is not None
+        return self.process.port
 
     @property
     def base(self) -> str:
         return f"http://{HOST}:{self.port}"
 
     def start(self, port: int | None = None) -> None:
-        last = ""
-        for attempt in range(3):
-            self.port = port or free_port()
-            log_path = self.log_dir / f"serve-{self.port}-{self.starts}-{attempt}.log"
-            self.log_path = log_path
-            with log_path.open("wb") as log:
-                self.proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "relaykit.cli",
-                        "serve",
-                        self.target,
-                        "--host",
-                        HOST,
-                        "--port",
-                        str(self.port),
-                        "--public-url",
-                        f"http://{HOST}:{self.port}",
-                        "--store",
-                        self.store,
-                        "--grace",
-                        "1",
-                        "--log-level",
-                        "warning",
-                        *self.args,
-                    ],
-                    cwd=REPO_ROOT,
-                    env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-            self.starts += 1
-            if self._wait_ready():
-                return
-            last = self.log()
-            self.kill()
-        raise RuntimeError(f"relaykit serve did not become ready:\n{last}")
-
-    def _wait_ready(self) -> bool:
-        assert self.proc is not None
-        deadline = time.monotonic() + WAIT
-        with httpx.Client(timeout=2.0) as client:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    return False
-                with contextlib.suppress(httpx.HTTPError):
-                    if client.get(f"{self.base}/readyz").status_code == 200:
-                        return True
-                time.sleep(POLL)
-        return False
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-6000:]
+        """Start (again, after ``kill``/``stop``) on ``port`` or a free one; ready when this returns."""
+        self.process = start_serve(self.target, self.log_dir, args=self.args, store=self.store, env=self.env, port=port)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        if self.process is not None:
+            self.process.kill9()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.process is not None:
+            self.process.stop(timeout=15)
 
     # --- A2A over HTTP+JSON ----------------------------------------------------------------------------
 

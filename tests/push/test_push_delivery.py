@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from push_helpers import A2A, REPO_ROOT, Recorder, Server, state_of, stream_kinds, wait_until
+from push_helpers import A2A, Recorder, Server, state_of, stream_kinds, wait_until
+from support.servers import REPO_ROOT
 
 FAST = ("--push-backoff", "0.05", "--push-max-backoff", "0.2")
 PUSH = {"token": "per-task-token", "authentication": {"scheme": "Bearer", "credentials": "s3cret"}}
