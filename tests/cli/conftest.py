@@ -18,12 +18,16 @@ import pytest
 from support.servers import HOST, REPO_ROOT, environ, free_port, start_parallel, start_serve, stop_all
 
 CLI_TIMEOUT = 30.0  # seconds any one CLI command may take
-SLOW_SECONDS = "2"
+# "slow" outlives any test that cancels or watches it even on a loaded machine (each CLI call costs a process
+# start); "slow_short" ends by itself soon enough for a test that follows it to COMPLETED.
+SLOW_SECONDS = "60"
+SHORT_SECONDS = "5"
 EXAMPLES = {
     "echo": ("examples/echo.py", {}),
     "stream": ("examples/stream.py", {}),
     "ask": ("examples/ask.py", {}),
     "slow": ("examples/slow.py", {"SLOW_SECONDS": SLOW_SECONDS}),
+    "slow_short": ("examples/slow.py", {"SLOW_SECONDS": SHORT_SECONDS}),
 }
 CLI_ENV: dict[str, str | None] = {"TERM": "dumb", "RELAYKIT_TOKEN": None}  # None: removed
 
@@ -34,7 +38,7 @@ def cli_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def examples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """``{"echo": url, "stream": url, "ask": url, "slow": url}``: the example agents, served."""
+    """``{"echo": url, "stream": url, "ask": url, "slow": url, "slow_short": url}``: the example agents, served."""
     logs = tmp_path_factory.mktemp("cli-servers")
     starters = [
         functools.partial(start_serve, target, logs, name=name, env={**CLI_ENV, **extra_env})
