@@ -157,6 +157,9 @@ async def test_concurrent_starts_create_the_schema_once(postgres_url: str, pg_na
     assert await table_names(postgres_url, pg_namespace) == {
         f"{pg_namespace}_tasks",
         f"{pg_namespace}_push_configs",
+        f"{pg_namespace}_push_health",
+        f"{pg_namespace}_push_leases",
+        f"{pg_namespace}_push_outbox",
         f"{pg_namespace}_schema",
         f"{pg_namespace}_workers",
     }

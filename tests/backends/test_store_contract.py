@@ -563,7 +563,7 @@ async def test_push_delete_then_put_goes_last(push: PushConfigStore) -> None:
     assert [c.id for c in await push.list("t1")] == ["c2", "c1"]
 
 
-# --- the push outbox (PushOutbox): memory and SQLite ------------------------------------------------------------
+# --- the push outbox (PushOutbox): memory, SQLite and PostgreSQL ----------------------------------------------
 
 
 def _memory_outbox(tmp_path: Path) -> tuple[TaskStore, PushOutbox]:
@@ -581,9 +581,22 @@ _OUTBOXES: dict[str, Callable[[Path], tuple[TaskStore, PushOutbox]]] = {
 }
 
 
-@pytest.fixture(params=sorted(_OUTBOXES))
+def _postgres_outbox(request: pytest.FixtureRequest) -> tuple[TaskStore, PushOutbox]:
+    # tests/conftest.py: skips (fails under CI=true) when the server is down; a fresh namespace per test, dropped after.
+    from relaykit.backends._pg_outbox import PostgresPushOutbox
+    from relaykit.backends._postgres import PostgresTaskStore
+
+    url, namespace = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_namespace")
+    tasks = PostgresTaskStore(url, namespace=namespace)
+    return tasks, PostgresPushOutbox(tasks)
+
+
+@pytest.fixture(params=[*sorted(_OUTBOXES), pytest.param("postgres", marks=pytest.mark.postgres)])
 async def outbox(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[PushOutbox]:
-    tasks, box = _OUTBOXES[request.param](tmp_path)
+    if request.param == "postgres":
+        tasks, box = _postgres_outbox(request)
+    else:
+        tasks, box = _OUTBOXES[request.param](tmp_path)
     await tasks.start()
     await box.start()
     try:
@@ -718,3 +731,68 @@ async def test_outbox_stored_copy_is_not_the_callers_object(outbox: PushOutbox) 
     item.last_error = "changed after commit"
     [stored] = await outbox.pending()
     assert (stored.attempts, stored.last_error) == (0, "")
+
+
+async def test_outbox_health_folds_several_outcomes_of_one_batch_in_order(
+    outbox: PushOutbox, request: pytest.FixtureRequest
+) -> None:
+    if request.node.callspec.params["outbox"] == "sqlite":
+        # SQLitePushOutbox.commit applies a batch's successes before its failures, not in order: [fail, ok, fail,
+        # fail] leaves 3 consecutive failures instead of 2. Strict: remove this marker once that is fixed.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="SQLite applies a batch's outcomes out of order"))
+    stream = ("", "anonymous", "t1", "c1")
+
+    def ok(at: float, url: str = "") -> DeliveryOutcome:
+        return DeliveryOutcome(stream, True, at, url)
+
+    def fail(at: float, error: str) -> DeliveryOutcome:
+        return DeliveryOutcome(stream, False, at, "", error)
+
+    async def counters() -> tuple[Any, ...]:
+        [h] = await outbox.health("t1")
+        success = h.last_success.timestamp() if h.last_success else None
+        failure = h.last_failure.timestamp() if h.last_failure else None
+        return (h.url, h.delivered, h.failures, h.consecutive_failures, success, failure, h.last_error)
+
+    await outbox.commit(OutboxChanges(outcomes=[fail(1.0, "a"), fail(2.0, "b")]))
+    assert await counters() == ("", 0, 2, 2, None, 2.0, "b")
+    await outbox.commit(
+        OutboxChanges(outcomes=[fail(3.0, "c"), ok(4.0, "https://h/1"), fail(5.0, "d"), fail(6.0, "e")])
+    )
+    assert await counters() == ("https://h/1", 1, 5, 2, 4.0, 6.0, "e")
+    await outbox.commit(OutboxChanges(outcomes=[fail(7.0, "f"), ok(8.0)]))
+    assert await counters() == ("https://h/1", 2, 6, 0, 8.0, 7.0, "f")
+
+
+async def test_outbox_one_batch_applies_its_changes_in_the_documented_order(outbox: PushOutbox) -> None:
+    kept, gone, doomed = entry(1), entry(2), entry(3)
+    first, last = entry(1), entry(1)
+    first.attempts, first.last_error = 1, "first"
+    last.attempts, last.last_error, last.next_attempt_at = 2, "last", 7.5
+    doomed.dead_at, doomed.last_error = 9.0, "gave up"
+    # Added, then delivered / retried (twice: the later change wins) / dead, all in one commit.
+    await outbox.commit(
+        OutboxChanges(added=[kept, gone, doomed], delivered=[gone], retried=[first, last], dead=[doomed])
+    )
+    [stored] = await outbox.pending()
+    assert (stored.event_id, stored.attempts, stored.last_error, stored.next_attempt_at) == (
+        kept.event_id,
+        2,
+        "last",
+        7.5,
+    )
+    [dead] = await outbox.dead_letters("t1")
+    assert (dead.event_id, dead.dead_at, dead.last_error) == (doomed.event_id, 9.0, "gave up")
+    # A discard goes first: it drops what was pending before the batch, not what the batch adds.
+    await outbox.commit(OutboxChanges(discarded=[kept.stream], added=[entry(4)], retried=[last]))
+    assert [(e.seq, e.attempts) for e in await outbox.pending()] == [(4, 0)]
+
+
+async def test_outbox_dead_letters_oldest_first(outbox: PushOutbox) -> None:
+    items = [entry(1), entry(2), entry(3, config="c2")]
+    await outbox.commit(OutboxChanges(added=items))
+    for item, dead_at in zip(items, (30.0, 10.0, 20.0), strict=True):
+        item.dead_at = dead_at
+    await outbox.commit(OutboxChanges(dead=items))
+    assert [e.seq for e in await outbox.dead_letters("t1")] == [2, 3, 1]
+    assert await outbox.pending() == []

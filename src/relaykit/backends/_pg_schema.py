@@ -13,7 +13,7 @@ from typing import Any
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_namespace", "lock_key", "migrate"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this relaykit writes; older schemas are migrated on start, newer ones refused."""
 
 _NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}\Z")
@@ -67,6 +67,58 @@ MIGRATIONS: list[list[str]] = [
         )""",
         # The tasks of one worker (cancel routing, a worker's own claims); only claimed rows are indexed.
         "CREATE INDEX {ns}_tasks_worker ON {ns}_tasks (worker) WHERE worker IS NOT NULL",
+    ],
+    # 3: the push-notification outbox (``_pg_outbox``): pending entries and dead letters, per-config delivery
+    # health, and the stream leases that keep two replicas from delivering one (task, config) at once. Every name
+    # fits in 63 bytes with the longest namespace (48 characters).
+    [
+        # Times are epoch seconds (double precision: an OutboxEntry's floats round-trip exactly); dead_at NULL =
+        # pending, set = dead letter.
+        """CREATE TABLE {ns}_push_outbox (
+            event_id        TEXT COLLATE "C" NOT NULL,
+            tenant          TEXT COLLATE "C" NOT NULL,
+            owner           TEXT COLLATE "C" NOT NULL,
+            task_id         TEXT COLLATE "C" NOT NULL,
+            config_id       TEXT COLLATE "C" NOT NULL,
+            seq             BIGINT NOT NULL,
+            body            BYTEA NOT NULL,
+            created_at      DOUBLE PRECISION NOT NULL,
+            attempts        INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at DOUBLE PRECISION NOT NULL DEFAULT 0,
+            last_error      TEXT NOT NULL DEFAULT '',
+            dead_at         DOUBLE PRECISION,
+            CONSTRAINT {ns}_push_outbox_pk PRIMARY KEY (event_id)
+        )""",
+        # Pending entries in delivery order (pending(), a stream's discard, the pending counts of health()).
+        "CREATE INDEX {ns}_outbox_pending ON {ns}_push_outbox (tenant, owner, task_id, config_id, seq) "
+        "WHERE dead_at IS NULL",
+        # Dead letters of a task, oldest first (dead_letters(), the dead counts of health()).
+        "CREATE INDEX {ns}_outbox_dead ON {ns}_push_outbox (tenant, owner, task_id, dead_at, seq) "
+        "WHERE dead_at IS NOT NULL",
+        """CREATE TABLE {ns}_push_health (
+            tenant       TEXT COLLATE "C" NOT NULL,
+            owner        TEXT COLLATE "C" NOT NULL,
+            task_id      TEXT COLLATE "C" NOT NULL,
+            config_id    TEXT COLLATE "C" NOT NULL,
+            url          TEXT NOT NULL DEFAULT '',
+            delivered    BIGINT NOT NULL DEFAULT 0,
+            failures     BIGINT NOT NULL DEFAULT 0,
+            consecutive  BIGINT NOT NULL DEFAULT 0,
+            last_success DOUBLE PRECISION,
+            last_failure DOUBLE PRECISION,
+            last_error   TEXT NOT NULL DEFAULT '',
+            CONSTRAINT {ns}_push_health_pk PRIMARY KEY (tenant, owner, task_id, config_id)
+        )""",
+        # One row per leased delivery stream: held by worker while expires_at > now() (the database clock).
+        """CREATE TABLE {ns}_push_leases (
+            tenant     TEXT COLLATE "C" NOT NULL,
+            owner      TEXT COLLATE "C" NOT NULL,
+            task_id    TEXT COLLATE "C" NOT NULL,
+            config_id  TEXT COLLATE "C" NOT NULL,
+            worker     TEXT COLLATE "C" NOT NULL,
+            expires_at TIMESTAMPTZ NOT NULL,
+            CONSTRAINT {ns}_push_leases_pk PRIMARY KEY (tenant, owner, task_id, config_id)
+        )""",
     ],
 ]
 

@@ -48,7 +48,8 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
 
 Modules: this one holds ``PostgresTaskStore`` (and re-exports the public names below); ``_pg_db`` the pool, the
 guard, outage mapping and administration (``upgrade``, ``drop_namespace``); ``_pg_schema`` the schema version and
-migrations; ``_pg_push`` ``PostgresPushConfigStore``.
+migrations; ``_pg_push`` ``PostgresPushConfigStore``; ``_pg_outbox`` ``PostgresPushOutbox`` (the durable push outbox,
+schema version 3, with cross-replica stream leases).
 """
 
 from __future__ import annotations
@@ -74,12 +75,14 @@ from relaykit.backends._pg_db import (
     rowcount,
     upgrade,
 )
+from relaykit.backends._pg_outbox import PostgresPushOutbox
 from relaykit.backends._pg_push import PostgresPushConfigStore
 from relaykit.backends._pg_schema import SCHEMA_VERSION
 
 __all__ = [
     "SCHEMA_VERSION",
     "PostgresPushConfigStore",
+    "PostgresPushOutbox",
     "PostgresTaskStore",
     "StoreInUseError",
     "drop_namespace",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import Callable
 
 from relaykit.backends._base import (
@@ -41,15 +42,20 @@ log = logging.getLogger("relaykit.push")
 
 
 def open_outbox(tasks: TaskStore) -> PushOutbox:
-    """The outbox that lives with ``tasks``: the same SQLite file, or memory.
+    """The outbox that lives with ``tasks``: the same SQLite file, the same PostgreSQL namespace (and pool), or memory.
 
-    Other stores (PostgreSQL) get a memory outbox until they have their own: delivery then works, but pending
-    notifications do not survive a restart.
+    Other stores get a memory outbox: delivery then works, but pending notifications do not survive a restart.
     """
     from relaykit.backends._sqlite import SQLitePushOutbox, SQLiteTaskStore
 
     if isinstance(tasks, SQLiteTaskStore):
         return SQLitePushOutbox(tasks)
+    # The PostgreSQL module (and asyncpg) is loaded only by whoever built a PostgreSQL store: no import here.
+    postgres = sys.modules.get("relaykit.backends._postgres")
+    if postgres is not None and isinstance(tasks, postgres.PostgresTaskStore):
+        from relaykit.backends._pg_outbox import PostgresPushOutbox
+
+        return PostgresPushOutbox(tasks)
     if not isinstance(tasks, MemoryTaskStore):
         log.warning(
             "%s has no durable push outbox yet: pending push notifications are kept in memory", type(tasks).__name__

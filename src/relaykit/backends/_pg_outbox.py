@@ -1,0 +1,500 @@
+"""The PostgreSQL push outbox: ``<namespace>_push_outbox``, ``_push_health`` and ``_push_leases`` (schema 3).
+
+What it adds to the ``PushOutbox`` rules in ``_base`` (mirroring ``_sqlite.SQLitePushOutbox``):
+
+* **Shared pool, durable commits.** ``PostgresPushOutbox(task_store)`` shares the task store's pool (like
+  ``PostgresPushConfigStore``); ``durable`` is true: a committed notification survives any replica, and
+  ``pending()`` on start resumes it.
+* **One batch, one transaction.** ``commit`` applies ``OutboxChanges`` in the documented order (discards, adds,
+  deliveries, retries, dead letters, health outcomes) in one transaction, one set-based statement per kind
+  (``unnest`` of arrays), so a batch of hundreds of entries costs a handful of round trips. Health outcomes are
+  folded per stream in Python first (an upsert may touch a row once per statement); the result is exactly what
+  applying them one by one gives. Every array is sorted by key (concurrent commits of replicas then mostly lock
+  rows in one order), and a commit that still deadlocks with another is retried.
+* **Cross-replica stream leases.** ``claim(stream, worker)`` is one ``INSERT … ON CONFLICT DO UPDATE … WHERE``:
+  it succeeds when the stream has no lease, when ``worker`` already holds it (the claim refreshes it), or when
+  the lease expired; expiry is ``now() + lease_ttl`` on the **database clock**, so replicas' clock skew cannot
+  make a live lease look expired. ``release`` deletes the lease only when ``worker`` holds it. While this object
+  holds leases, a keeper task renews them every ``renew_every`` seconds (a third of the ttl by default), so a
+  sender may hold a stream through long retry waits; a replica that dies stops renewing and its streams are
+  claimable ``lease_ttl`` seconds later. A lease found taken over (this process stalled past its expiry) is
+  logged and forgotten. ``close()`` releases what this object still holds. With the server unreachable, ``claim``
+  fails closed (``False``: the sender asks again) rather than raising.
+* Text columns cannot hold NUL: entries whose stream key contains one are dropped (no such task or config can
+  exist in the PostgreSQL store), and NULs in error texts and URLs are replaced, so one bad string can never
+  make every later commit fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from relaykit._errors import ServiceUnavailableError
+from relaykit.backends._base import DeliveryHealth, DeliveryOutcome, OutboxChanges, OutboxEntry, StreamKey
+from relaykit.backends._handle import AttachedStore
+from relaykit.backends._memory import from_epoch
+from relaykit.backends._pg_db import CONNECT_TIMEOUT, Database, has_nul
+
+if TYPE_CHECKING:
+    from relaykit.backends._postgres import PostgresTaskStore
+
+__all__ = ["LEASE_TTL", "PostgresPushOutbox"]
+
+log = logging.getLogger("relaykit.push")
+
+LEASE_TTL = 30.0
+"""Default seconds a stream lease lasts without renewal (how long a dead replica's streams stay blocked)."""
+
+_DEADLOCK_RETRIES = 3
+_SWEEP_EVERY = 60.0  # seconds between deletions of long-expired leases (left behind by replicas that died)
+
+_COLUMNS = (
+    "event_id, tenant, owner, task_id, config_id, seq, body, created_at, attempts, next_attempt_at, last_error, dead_at"
+)
+
+
+def _text(value: str) -> str:
+    # PostgreSQL text holds neither NUL nor lone surrogates (from undecodable bytes): replace them.
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", "replace").decode()
+    return value
+
+
+def _fold(outcomes: list[DeliveryOutcome]) -> list[tuple[Any, ...]]:
+    """Outcomes folded into one health delta per stream, in key order (rows for the health upsert).
+
+    ``consecutive``: failures after the batch's last success when it has one (the stored count is then replaced),
+    otherwise the batch's failures (added to the stored count). ``url``: the last non-empty one.
+    """
+    folded: dict[StreamKey, list[Any]] = {}
+    for o in outcomes:
+        # url, delivered, failures, consecutive, last_success, last_failure, last_error
+        row = folded.setdefault(o.stream, ["", 0, 0, 0, None, None, ""])
+        if o.url:
+            row[0] = _text(o.url)
+        if o.ok:
+            row[1] += 1
+            row[3] = 0
+            row[4] = o.at
+        else:
+            row[2] += 1
+            row[3] += 1
+            row[5] = o.at
+            row[6] = _text(o.error)
+    return [(*stream, *row) for stream, row in sorted(folded.items()) if not has_nul(*stream)]
+
+
+def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    # Rows to the column arrays ``unnest`` takes.
+    return [[row[i] for row in rows] for i in range(width)] if rows else [[] for _ in range(width)]
+
+
+class PostgresPushOutbox(AttachedStore[Database]):
+    """The push outbox in PostgreSQL, shared by every replica of a namespace (see the module docstring).
+
+    Pass the ``PostgresTaskStore`` to share its pool (the normal case); given a URL it opens its own pool.
+    ``lease_ttl``: seconds a stream lease lasts unless renewed; ``renew_every``: seconds between renewals of the
+    leases this object holds (default ``lease_ttl / 3``; 0 turns renewal off).
+    """
+
+    durable = True
+
+    def __init__(
+        self,
+        tasks_or_dsn: PostgresTaskStore | str,
+        *,
+        namespace: str = "relaykit",
+        pool: Any = None,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        lease_ttl: float = LEASE_TTL,
+        renew_every: float | None = None,
+    ) -> None:
+        if not (math.isfinite(lease_ttl) and lease_ttl > 0):
+            raise ValueError(f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}")
+        if renew_every is None:
+            renew_every = lease_ttl / 3
+        if not (math.isfinite(renew_every) and 0 <= renew_every < lease_ttl):
+            raise ValueError(
+                f"renew_every must be a number of seconds >= 0 and below lease_ttl ({lease_ttl!r}), not {renew_every!r}"
+            )
+        if not isinstance(tasks_or_dsn, str):
+            self._db = tasks_or_dsn._db
+        else:
+            self._db = Database(
+                tasks_or_dsn,
+                namespace,
+                pool=pool,
+                min_size=min_size,
+                max_size=max_size,
+                exclusive=False,
+                connect_timeout=connect_timeout,
+            )
+        self._started = False
+        self.lease_ttl = float(lease_ttl)
+        self.renew_every = float(renew_every)
+        self._held: dict[StreamKey, str] = {}  # leases this object holds (renewed by the keeper)
+        self._keeper: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        ns = self._db.namespace
+        o, h, lease = f"{ns}_push_outbox", f"{ns}_push_health", f"{ns}_push_leases"
+        key = "tenant, owner, task_id, config_id"
+        self._sql_discard = (
+            f"DELETE FROM {o} AS o USING unnest($1::text[], $2::text[], $3::text[], $4::text[]) "
+            "AS u(tenant, owner, task_id, config_id) WHERE o.tenant = u.tenant AND o.owner = u.owner "
+            "AND o.task_id = u.task_id AND o.config_id = u.config_id AND o.dead_at IS NULL"
+        )
+        self._sql_add = (
+            f"INSERT INTO {o} (event_id, {key}, seq, body, created_at, attempts, next_attempt_at, last_error) "
+            "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], "
+            "$7::bytea[], $8::float8[], $9::int[], $10::float8[], $11::text[]) "
+            "ON CONFLICT (event_id) DO NOTHING"
+        )
+        self._sql_delivered = f"DELETE FROM {o} WHERE event_id = ANY($1::text[]) AND dead_at IS NULL"
+        self._sql_retried = (
+            f"UPDATE {o} AS o SET attempts = u.attempts, next_attempt_at = u.next_attempt_at, "
+            "last_error = u.last_error FROM unnest($1::text[], $2::int[], $3::float8[], $4::text[]) "
+            "AS u(event_id, attempts, next_attempt_at, last_error) WHERE o.event_id = u.event_id AND o.dead_at IS NULL"
+        )
+        self._sql_dead = (
+            f"UPDATE {o} AS o SET attempts = u.attempts, last_error = u.last_error, dead_at = u.dead_at "
+            "FROM unnest($1::text[], $2::int[], $3::text[], $4::float8[]) "
+            "AS u(event_id, attempts, last_error, dead_at) WHERE o.event_id = u.event_id"
+        )
+        # A delta per stream (see _fold): a batch with a success replaces the consecutive-failure count.
+        self._sql_health = (
+            f"INSERT INTO {h} AS h ({key}, url, delivered, failures, consecutive, last_success, last_failure, "
+            "last_error) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], "
+            "$6::bigint[], $7::bigint[], $8::bigint[], $9::float8[], $10::float8[], $11::text[]) "
+            f"ON CONFLICT ({key}) DO UPDATE SET "
+            "url = CASE WHEN excluded.url = '' THEN h.url ELSE excluded.url END, "
+            "delivered = h.delivered + excluded.delivered, failures = h.failures + excluded.failures, "
+            "consecutive = CASE WHEN excluded.last_success IS NULL THEN h.consecutive + excluded.consecutive "
+            "ELSE excluded.consecutive END, "
+            "last_success = COALESCE(excluded.last_success, h.last_success), "
+            "last_failure = COALESCE(excluded.last_failure, h.last_failure), "
+            "last_error = CASE WHEN excluded.last_failure IS NULL THEN h.last_error ELSE excluded.last_error END"
+        )
+        self._sql_pending = (
+            f"SELECT {_COLUMNS} FROM {o} WHERE dead_at IS NULL "
+            "ORDER BY tenant, owner, task_id, config_id, seq, event_id"
+        )
+        self._sql_dead_letters = (
+            f"SELECT {_COLUMNS} FROM {o} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND dead_at IS NOT NULL "
+            "ORDER BY dead_at, seq, event_id"
+        )
+        # One statement, one snapshot: the pending / dead counts next to the health row of every config.
+        self._sql_health_of = (
+            "SELECT COALESCE(c.config_id, r.config_id), COALESCE(c.pending, 0), COALESCE(c.dead, 0), r.url, "
+            "r.delivered, r.failures, r.consecutive, r.last_success, r.last_failure, r.last_error "
+            "FROM (SELECT config_id, count(*) FILTER (WHERE dead_at IS NULL) AS pending, "
+            f"count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead FROM {o} "
+            "WHERE tenant = $1 AND owner = $2 AND task_id = $3 GROUP BY config_id) AS c "
+            f"FULL JOIN (SELECT * FROM {h} WHERE tenant = $1 AND owner = $2 AND task_id = $3) AS r "
+            "ON r.config_id = c.config_id ORDER BY 1"
+        )
+        # --- leases: held while expires_at > now() (the database clock, one for every replica)
+        # One statement: a new lease is inserted; an existing one is taken only when this worker holds it (a
+        # refresh) or it expired. ON CONFLICT locks the row, so racing claims are decided one after the other.
+        self._sql_claim = (
+            f"INSERT INTO {lease} AS l ({key}, worker, expires_at) "
+            "VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6)) "
+            f"ON CONFLICT ({key}) DO UPDATE SET worker = excluded.worker, expires_at = excluded.expires_at "
+            "WHERE l.worker = excluded.worker OR l.expires_at <= now() RETURNING 1"
+        )
+        self._sql_release = (
+            f"DELETE FROM {lease} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND config_id = $4 AND worker = $5"
+        )
+        # Renewal touches only rows still held by the same worker: it never re-creates a lease released meanwhile.
+        self._sql_renew = (
+            f"UPDATE {lease} AS l SET expires_at = now() + make_interval(secs => $6) "
+            "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) "
+            "AS u(tenant, owner, task_id, config_id, worker) WHERE l.tenant = u.tenant AND l.owner = u.owner "
+            "AND l.task_id = u.task_id AND l.config_id = u.config_id AND l.worker = u.worker "
+            "RETURNING l.tenant, l.owner, l.task_id, l.config_id"
+        )
+        self._sql_release_all = (
+            f"DELETE FROM {lease} AS l USING unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) "
+            "AS u(tenant, owner, task_id, config_id, worker) WHERE l.tenant = u.tenant AND l.owner = u.owner "
+            "AND l.task_id = u.task_id AND l.config_id = u.config_id AND l.worker = u.worker"
+        )
+        # Leases of replicas that died with them: claimable already, deleted once long expired (housekeeping).
+        self._sql_sweep = f"DELETE FROM {lease} WHERE expires_at < now() - make_interval(secs => $1)"
+        self._sql_holder = (
+            f"SELECT worker, expires_at > now() FROM {lease} "
+            "WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND config_id = $4"
+        )
+
+    @property
+    def namespace(self) -> str:
+        """The table prefix (lower case)."""
+        return self._db.namespace
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await super().start()
+        if self._keeper is None and self.renew_every > 0:
+            self._wake = asyncio.Event()
+            self._keeper = asyncio.create_task(self._keep(), name=f"relaykit-push-leases-{self.namespace}")
+
+    async def close(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+        if self._started and self._held:
+            held, self._held = self._held, {}
+            # Best effort: a lease not released here expires after lease_ttl anyway.
+            with contextlib.suppress(Exception):
+                await self._release_all(held)
+        self._held.clear()
+        await super().close()
+
+    # --- the outbox ----------------------------------------------------------------------------------------
+
+    async def commit(self, changes: OutboxChanges) -> None:
+        # Rows are built now, at call time: the caller keeps mutating its entries while the write waits its turn.
+        discarded = sorted({s for s in changes.discarded if not has_nul(*s)})
+        added: list[tuple[Any, ...]] = []
+        for e in changes.added:
+            if has_nul(e.event_id, *e.stream):
+                log.warning("push outbox: dropped notification %r: NUL in its ids", e.event_id)
+                continue
+            added.append(
+                (
+                    e.event_id,
+                    e.tenant,
+                    e.owner,
+                    e.task_id,
+                    e.config_id,
+                    e.seq,
+                    e.body,
+                    e.created_at,
+                    e.attempts,
+                    e.next_attempt_at,
+                    _text(e.last_error),
+                )
+            )
+        delivered = sorted({e.event_id for e in changes.delivered if not has_nul(e.event_id)})
+        # Keyed by event id, last change wins (an UPDATE … FROM would apply an arbitrary one of duplicates).
+        retried = {
+            e.event_id: (e.event_id, e.attempts, e.next_attempt_at, _text(e.last_error))
+            for e in changes.retried
+            if not has_nul(e.event_id)
+        }
+        now = time.time()
+        dead = {
+            e.event_id: (e.event_id, e.attempts, _text(e.last_error), e.dead_at if e.dead_at is not None else now)
+            for e in changes.dead
+            if not has_nul(e.event_id)
+        }
+        health = _fold(changes.outcomes)
+        if not (discarded or added or delivered or retried or dead or health):
+            return
+        discard_args = _columns(discarded, 4)
+        add_args = _columns(added, 11)
+        retry_args = _columns([retried[k] for k in sorted(retried)], 4)
+        dead_args = _columns([dead[k] for k in sorted(dead)], 4)
+        health_args = _columns(health, 11)
+
+        async def job(conn: Any) -> None:
+            async with conn.transaction():
+                if discarded:
+                    await conn.execute(self._sql_discard, *discard_args)
+                if added:
+                    await conn.execute(self._sql_add, *add_args)
+                if delivered:
+                    await conn.execute(self._sql_delivered, delivered)
+                if retried:
+                    await conn.execute(self._sql_retried, *retry_args)
+                if dead:
+                    await conn.execute(self._sql_dead, *dead_args)
+                if health:
+                    await conn.execute(self._sql_health, *health_args)
+
+        for attempt in range(_DEADLOCK_RETRIES):
+            try:
+                await self._db.run(job)
+                return
+            except (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError):
+                # Another replica's commit locked the same rows in another order: the transaction was rolled back.
+                if attempt == _DEADLOCK_RETRIES - 1:
+                    raise
+
+    @staticmethod
+    def _entry(row: Any) -> OutboxEntry:
+        return OutboxEntry(
+            event_id=str(row[0]),
+            tenant=str(row[1]),
+            owner=str(row[2]),
+            task_id=str(row[3]),
+            config_id=str(row[4]),
+            seq=int(row[5]),
+            body=bytes(row[6]),
+            created_at=float(row[7]),
+            attempts=int(row[8]),
+            next_attempt_at=float(row[9]),
+            last_error=str(row[10]),
+            dead_at=float(row[11]) if row[11] is not None else None,
+        )
+
+    async def pending(self) -> list[OutboxEntry]:
+        async def job(conn: Any) -> list[Any]:
+            return list(await conn.fetch(self._sql_pending))
+
+        return [self._entry(row) for row in await self._db.run(job)]
+
+    async def health(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[DeliveryHealth]:
+        if has_nul(task_id, tenant, owner):
+            return []
+
+        async def job(conn: Any) -> list[Any]:
+            return list(await conn.fetch(self._sql_health_of, tenant, owner, task_id))
+
+        out = []
+        for row in await self._db.run(job):
+            health = DeliveryHealth(
+                task_id=task_id,
+                config_id=str(row[0]),
+                tenant=tenant,
+                owner=owner,
+                pending=int(row[1]),
+                dead=int(row[2]),
+            )
+            if row[3] is not None:
+                health.url = str(row[3])
+                health.delivered = int(row[4])
+                health.failures = int(row[5])
+                health.consecutive_failures = int(row[6])
+                health.last_success = from_epoch(row[7])
+                health.last_failure = from_epoch(row[8])
+                health.last_error = str(row[9])
+            out.append(health)
+        return out
+
+    async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
+        if has_nul(task_id, tenant, owner):
+            return []
+
+        async def job(conn: Any) -> list[Any]:
+            return list(await conn.fetch(self._sql_dead_letters, tenant, owner, task_id))
+
+        return [self._entry(row) for row in await self._db.run(job)]
+
+    # --- stream leases ---------------------------------------------------------------------------------------
+
+    async def claim(self, stream: StreamKey, worker: str) -> bool:
+        if has_nul(worker):
+            raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
+        if has_nul(*stream):
+            return False  # no entry of such a stream can be stored
+
+        async def job(conn: Any) -> Any:
+            return await conn.fetchval(self._sql_claim, *stream, worker, self.lease_ttl)
+
+        try:
+            won = await self._db.run(job)
+        except ServiceUnavailableError as exc:
+            # Fail closed: without the database no lease can be confirmed; the sender asks again.
+            log.debug("push outbox: cannot claim a delivery stream: %s", exc)
+            return False
+        if won is None:
+            if self._held.get(stream) == worker:
+                del self._held[stream]  # taken over after it expired
+            return False
+        self._held[stream] = worker
+        self._wake.set()
+        return True
+
+    async def release(self, stream: StreamKey, worker: str) -> None:
+        if has_nul(worker, *stream):
+            return
+        if self._held.get(stream) == worker:
+            del self._held[stream]
+
+        async def job(conn: Any) -> None:
+            await conn.execute(self._sql_release, *stream, worker)
+
+        await self._db.run(job)
+
+    async def holder(self, stream: StreamKey) -> str | None:
+        """The worker holding a live lease on ``stream``, or ``None`` (observability, tests)."""
+        if has_nul(*stream):
+            return None
+
+        async def job(conn: Any) -> Any:
+            return await conn.fetchrow(self._sql_holder, *stream)
+
+        row = await self._db.run(job)
+        return str(row[0]) if row is not None and row[1] else None
+
+    async def renew(self) -> int:
+        """Renew every lease this object holds now (the keeper does it on its own); returns how many it still holds.
+
+        A lease another worker took over meanwhile (it had expired) is forgotten, with a warning.
+        """
+        held = dict(self._held)
+        if not held:
+            return 0
+        keys = sorted(held)
+        rows = [(*k, held[k]) for k in keys]
+
+        async def job(conn: Any) -> list[Any]:
+            return list(await conn.fetch(self._sql_renew, *_columns(rows, 5), self.lease_ttl))
+
+        renewed = {(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in await self._db.run(job)}
+        for key in keys:
+            if key not in renewed and self._held.get(key) == held[key]:
+                # Not released meanwhile (that would have removed it from _held): someone else has it now.
+                del self._held[key]
+                log.warning(
+                    "push outbox: lost the delivery lease of task %s, config %s (expired, taken over)", key[2], key[3]
+                )
+        return len(renewed)
+
+    async def _release_all(self, held: dict[StreamKey, str]) -> None:
+        rows = [(*k, held[k]) for k in sorted(held)]
+
+        async def job(conn: Any) -> None:
+            await conn.execute(self._sql_release_all, *_columns(rows, 5))
+
+        await self._db.run(job)
+
+    async def _keep(self) -> None:
+        """Renew held leases every ``renew_every`` seconds; now and then delete long-expired leases."""
+        swept = 0.0
+        while True:
+            if not self._held:
+                self._wake.clear()
+                await self._wake.wait()
+            await asyncio.sleep(self.renew_every)
+            try:
+                await self.renew()
+                if time.monotonic() - swept >= _SWEEP_EVERY:
+                    swept = time.monotonic()
+                    await self._sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # The server is away: the leases may lapse; claims decide again once it is back.
+                log.warning("push outbox: could not renew delivery leases: %s", exc)
+
+    async def _sweep(self) -> None:
+        async def job(conn: Any) -> None:
+            await conn.execute(self._sql_sweep, max(self.lease_ttl, _SWEEP_EVERY))
+
+        await self._db.run(job)
