@@ -124,6 +124,9 @@ class Database:
         self._pool: Any = None
         self._lock_conn: Any = None
         self._relock = asyncio.Lock()
+        # A connection of its own for statements that must not queue behind the pool's work (lease heartbeats).
+        self._side_conn: Any = None
+        self._side_lock = asyncio.Lock()
         # (version found, version now) of the migration this object ran at start.
         self.migrated: tuple[int, int] | None = None
 
@@ -174,6 +177,9 @@ class Database:
     async def _close(self) -> None:
         pool, self._pool = self._pool, None
         lock_conn, self._lock_conn = self._lock_conn, None
+        side, self._side_conn = self._side_conn, None
+        if side is not None:
+            await close_quietly(side)
         try:
             if pool is not None and pool is not self._external_pool:
                 # Waits for operations still running on acquired connections.
@@ -254,6 +260,35 @@ class Database:
         except UNAVAILABLE as exc:
             # Acquiring: the pool could not open a connection (or the guard's).
             raise self._unavailable(exc) from exc
+
+    async def run_aside(self, job: Callable[[Any], Awaitable[_T]]) -> _T:
+        """Run ``job(connection)`` on this store's side connection, never queued behind the pool's work.
+
+        For lease heartbeats: under load every pooled connection may be busy with task writes for seconds, and a
+        heartbeat that waits behind them lets a live worker's lease lapse (its tasks would be taken over).
+        """
+        if self._pool is None:
+            raise RuntimeError(f"the PostgreSQL store {self.where} is not started (or already closed)")
+        async with self._side_lock:
+            try:
+                if self._side_conn is None or self._side_conn.is_closed():
+                    self._side_conn = await asyncpg.connect(
+                        self.dsn,
+                        timeout=self._connect_timeout,
+                        server_settings={"application_name": _application_name(self.namespace, "lease")},
+                    )
+                conn = self._side_conn
+                try:
+                    return await job(conn)
+                except Exception as exc:
+                    if not connection_lost(exc, conn):
+                        raise
+                    self._side_conn = None
+                    with contextlib.suppress(Exception):
+                        conn.terminate()
+                    raise self._unavailable(exc) from exc
+            except UNAVAILABLE as exc:
+                raise self._unavailable(exc) from exc
 
     def _unavailable(self, exc: BaseException) -> ServiceUnavailableError:
         return ServiceUnavailableError(f"the PostgreSQL store {self.where} is unavailable: {describe(exc)}")

@@ -370,7 +370,8 @@ class PostgresTaskStore(AttachedStore[Database]):
         async def job(conn: Any) -> None:
             await conn.execute(self._sql_heartbeat, worker, float(ttl))
 
-        await self._db.run(job)
+        # Not on the pool: a heartbeat queued behind busy task writes would let this live worker's lease lapse.
+        await self._db.run_aside(job)
 
     async def retire(self, worker: str) -> None:
         if has_nul(worker):
