@@ -191,6 +191,10 @@ class PostgresPushOutbox(AttachedStore[Database]):
             f"SELECT {_COLUMNS} FROM {o} WHERE dead_at IS NULL "
             "ORDER BY tenant, owner, task_id, config_id, seq, event_id"
         )
+        self._sql_still_pending = (
+            f"SELECT event_id FROM {o} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND config_id = $4 "
+            "AND dead_at IS NULL"
+        )
         self._sql_dead_letters = (
             f"SELECT {_COLUMNS} FROM {o} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND dead_at IS NOT NULL "
             "ORDER BY dead_at, seq, event_id"
@@ -357,6 +361,16 @@ class PostgresPushOutbox(AttachedStore[Database]):
             return list(await conn.fetch(self._sql_pending))
 
         return [self._entry(row) for row in await self._db.run(job)]
+
+    async def still_pending(self, stream: StreamKey) -> set[str]:
+        """Event ids of the stream's entries not yet delivered (nor dead): what a sender that has just claimed the
+        stream should still deliver of what it holds (another replica may have delivered some since it read them).
+        """
+
+        async def job(conn: Any) -> list[Any]:
+            return list(await conn.fetch(self._sql_still_pending, *stream))
+
+        return {str(row[0]) for row in await self._db.run(job)}
 
     async def health(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[DeliveryHealth]:
         if has_nul(task_id, tenant, owner):

@@ -484,6 +484,14 @@ class PushSender:
                 if await self._stop_within(0.2):
                     return
             claimed = True
+            still_pending = getattr(self.outbox, "still_pending", None)
+            if still_pending is not None:
+                # An outbox shared by replicas: each read every pending entry at its start, so another replica may
+                # have delivered some of ours while it held this stream. Deliver only what is still pending.
+                left = await still_pending(key)
+                kept = [entry for entry in stream.queue if entry.event_id in left]
+                stream.queue.clear()
+                stream.queue.extend(kept)
             while stream.queue:
                 try:
                     if not await self._step(stream):
