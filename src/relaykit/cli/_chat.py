@@ -1,0 +1,71 @@
+"""``relaykit chat``: a conversation with an agent, one line per turn, from a terminal or piped stdin.
+
+Each line is a turn: streamed when the agent streams, sent otherwise; an INPUT_REQUIRED task is answered by the next
+line, and the context carries over from turn to turn. A failed turn is reported and the conversation goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+
+from relaykit._errors import A2AConnectionError, A2AError, A2ATimeoutError
+from relaykit.cli._output import EXIT_OK, LiveView, report_error
+from relaykit.client import Client
+
+__all__ = ["chat", "read_line"]
+
+
+async def chat(client: Client, args: argparse.Namespace) -> int:
+    """Read lines until EOF, each one a turn; returns the exit code."""
+    interactive = sys.stdin.isatty()
+    card = client.card
+    streaming = card is None or card.capabilities.streaming is not False
+    if interactive:
+        with contextlib.suppress(ImportError):
+            import readline  # noqa: F401  (line editing and history for input())
+        name = card.name if card is not None else args.url
+        print(f"Chatting with {name} at {args.url}. One line per turn; Ctrl-D ends.", flush=True)
+    view = LiveView(sys.stdout, chat=True)
+    context_id: str | None = args.context
+    waiting: str | None = None  # the task that asked for input: the next line answers it
+    while True:
+        line = read_line("you> " if interactive else "")
+        if line is None:
+            break
+        text = line.strip()
+        if not text:
+            continue
+        view.begin_turn()
+        try:
+            if streaming:
+                async for event in client.stream(text, task_id=waiting, context_id=context_id):
+                    view.show(event)
+            else:
+                view.show(await client.send(text, task_id=waiting, context_id=context_id))
+        except (A2AConnectionError, A2ATimeoutError):
+            raise
+        except A2AError as exc:
+            # One failed turn does not end the conversation; the next line starts a fresh task.
+            view.end()
+            report_error(args, exc)
+            waiting = None
+            continue
+        view.end()
+        context_id = view.context_id or context_id
+        waiting = view.task_id if view.state is not None and view.state.is_interrupted else None
+    if interactive:
+        print(flush=True)
+    return EXIT_OK
+
+
+def read_line(prompt: str) -> str | None:
+    """One line of input, ``None`` at EOF. A terminal gets a prompt (and line editing through ``input``)."""
+    if prompt:
+        try:
+            return input(prompt)
+        except EOFError:
+            return None
+    line = sys.stdin.readline()
+    return line if line else None
