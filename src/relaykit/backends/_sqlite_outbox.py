@@ -1,0 +1,199 @@
+"""The SQLite push outbox: pending notifications, dead letters and delivery health, in the task store's file.
+
+Tables ``<namespace>_push_outbox`` and ``<namespace>_push_health``; see ``_sqlite`` for the file's invariants.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+
+from relaykit.backends._base import DeliveryHealth, OutboxChanges, OutboxEntry, StreamKey
+from relaykit.backends._handle import AttachedStore
+from relaykit.backends._memory import from_epoch
+from relaykit.backends._sqlite_db import Database, transaction
+from relaykit.backends._sqlite_tasks import SQLiteTaskStore
+
+__all__ = ["SQLitePushOutbox"]
+
+
+class SQLitePushOutbox(AttachedStore[Database]):
+    """The push outbox in the same SQLite file as the tasks (``<ns>_push_outbox``, ``<ns>_push_health``).
+
+    Like ``SQLitePushConfigStore`` it shares the task store's file, connection, thread and owner lock when given
+    the ``SQLiteTaskStore``. A ``commit`` is one transaction however many changes it carries, so a sender that
+    batches its writes pays one WAL append per batch (``synchronous=NORMAL``: no fsync per commit either).
+    Claims are in-process: the owner lock already makes this process the only one serving the file.
+    """
+
+    durable = True
+
+    def __init__(self, tasks_or_path: SQLiteTaskStore | str | os.PathLike[str], *, namespace: str = "relaykit") -> None:
+        if isinstance(tasks_or_path, SQLiteTaskStore):
+            self._db = tasks_or_path._db
+        else:
+            self._db = Database(os.fspath(tasks_or_path), namespace)
+        self._started = False
+        self._claims: dict[StreamKey, str] = {}
+        o = f"{self._db.namespace}_push_outbox"
+        h = f"{self._db.namespace}_push_health"
+        stream = "tenant = ? AND owner = ? AND task_id = ? AND config_id = ?"
+        self._sql_discard = f"DELETE FROM {o} WHERE {stream} AND dead_at IS NULL"
+        self._sql_add = (
+            f"INSERT OR IGNORE INTO {o} (event_id, tenant, owner, task_id, config_id, seq, body, created_at, attempts, "
+            "next_at, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        self._sql_delivered = f"DELETE FROM {o} WHERE event_id = ? AND dead_at IS NULL"
+        self._sql_retried = (
+            f"UPDATE {o} SET attempts = ?, next_at = ?, last_error = ? WHERE event_id = ? AND dead_at IS NULL"
+        )
+        self._sql_dead = f"UPDATE {o} SET attempts = ?, last_error = ?, dead_at = ? WHERE event_id = ?"
+        self._sql_ok = (
+            f"INSERT INTO {h} (tenant, owner, task_id, config_id, url, delivered, consecutive, last_success) "
+            "VALUES (?, ?, ?, ?, ?, 1, 0, ?) ON CONFLICT (tenant, owner, task_id, config_id) DO UPDATE SET "
+            "url = CASE WHEN excluded.url = '' THEN url ELSE excluded.url END, delivered = delivered + 1, "
+            "consecutive = 0, last_success = excluded.last_success"
+        )
+        self._sql_fail = (
+            f"INSERT INTO {h} (tenant, owner, task_id, config_id, url, failures, consecutive, last_failure, "
+            "last_error) VALUES (?, ?, ?, ?, ?, 1, 1, ?, ?) ON CONFLICT (tenant, owner, task_id, config_id) DO UPDATE "
+            "SET url = CASE WHEN excluded.url = '' THEN url ELSE excluded.url END, failures = failures + 1, "
+            "consecutive = consecutive + 1, last_failure = excluded.last_failure, last_error = excluded.last_error"
+        )
+        columns = (
+            "event_id, tenant, owner, task_id, config_id, seq, body, created_at, attempts, next_at, last_error, dead_at"
+        )
+        self._sql_pending = (
+            f"SELECT {columns} FROM {o} WHERE dead_at IS NULL ORDER BY tenant, owner, task_id, config_id, seq"
+        )
+        self._sql_dead_letters = (
+            f"SELECT {columns} FROM {o} WHERE tenant = ? AND owner = ? AND task_id = ? AND dead_at IS NOT NULL "
+            "ORDER BY dead_at, seq"
+        )
+        self._sql_counts = (
+            f"SELECT config_id, SUM(dead_at IS NULL), SUM(dead_at IS NOT NULL) FROM {o} "
+            "WHERE tenant = ? AND owner = ? AND task_id = ? GROUP BY config_id"
+        )
+        self._sql_health = (
+            f"SELECT config_id, url, delivered, failures, consecutive, last_success, last_failure, last_error "
+            f"FROM {h} WHERE tenant = ? AND owner = ? AND task_id = ?"
+        )
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the database file."""
+        return self._db.path
+
+    async def commit(self, changes: OutboxChanges) -> None:
+        # Rows are built now, at call time: the caller keeps mutating its entries while the write waits its turn.
+        discarded = list(changes.discarded)
+        added = [
+            (
+                e.event_id,
+                e.tenant,
+                e.owner,
+                e.task_id,
+                e.config_id,
+                e.seq,
+                e.body,
+                e.created_at,
+                e.attempts,
+                e.next_attempt_at,
+                e.last_error,
+            )
+            for e in changes.added
+        ]
+        delivered = [(e.event_id,) for e in changes.delivered]
+        retried = [(e.attempts, e.next_attempt_at, e.last_error, e.event_id) for e in changes.retried]
+        now = time.time()
+        dead = [
+            (e.attempts, e.last_error, e.dead_at if e.dead_at is not None else now, e.event_id) for e in changes.dead
+        ]
+        ok = [(*o.stream, o.url, o.at) for o in changes.outcomes if o.ok]
+        failed = [(*o.stream, o.url, o.at, o.error) for o in changes.outcomes if not o.ok]
+
+        def job(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                if discarded:
+                    conn.executemany(self._sql_discard, discarded)
+                if added:
+                    conn.executemany(self._sql_add, added)
+                if delivered:
+                    conn.executemany(self._sql_delivered, delivered)
+                if retried:
+                    conn.executemany(self._sql_retried, retried)
+                if dead:
+                    conn.executemany(self._sql_dead, dead)
+                if ok:
+                    conn.executemany(self._sql_ok, ok)
+                if failed:
+                    conn.executemany(self._sql_fail, failed)
+
+        await self._db.run(job)
+
+    @staticmethod
+    def _entry(row: tuple[object, ...]) -> OutboxEntry:
+        return OutboxEntry(
+            event_id=str(row[0]),
+            tenant=str(row[1]),
+            owner=str(row[2]),
+            task_id=str(row[3]),
+            config_id=str(row[4]),
+            seq=int(row[5]),  # type: ignore[call-overload]
+            body=bytes(row[6]),  # type: ignore[call-overload]
+            created_at=float(row[7]),  # type: ignore[arg-type]
+            attempts=int(row[8]),  # type: ignore[call-overload]
+            next_attempt_at=float(row[9]),  # type: ignore[arg-type]
+            last_error=str(row[10]),
+            dead_at=float(row[11]) if row[11] is not None else None,  # type: ignore[arg-type]
+        )
+
+    async def pending(self) -> list[OutboxEntry]:
+        def job(conn: sqlite3.Connection) -> list[OutboxEntry]:
+            return [self._entry(row) for row in conn.execute(self._sql_pending)]
+
+        return await self._db.run(job)
+
+    async def claim(self, stream: StreamKey, worker: str) -> bool:
+        return self._claims.setdefault(stream, worker) == worker
+
+    async def release(self, stream: StreamKey, worker: str) -> None:
+        if self._claims.get(stream) == worker:
+            del self._claims[stream]
+
+    async def health(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[DeliveryHealth]:
+        scope = (tenant, owner, task_id)
+
+        def job(conn: sqlite3.Connection) -> list[DeliveryHealth]:
+            conn.execute("BEGIN")
+            try:
+                counts = {str(r[0]): (int(r[1]), int(r[2])) for r in conn.execute(self._sql_counts, scope)}
+                rows = {str(r[0]): r for r in conn.execute(self._sql_health, scope)}
+            finally:
+                conn.execute("COMMIT")
+            out = []
+            for config_id in sorted({*counts, *rows}):
+                pending, dead = counts.get(config_id, (0, 0))
+                row = rows.get(config_id)
+                health = DeliveryHealth(
+                    task_id=task_id, config_id=config_id, tenant=tenant, owner=owner, pending=pending, dead=dead
+                )
+                if row is not None:
+                    health.url = str(row[1])
+                    health.delivered = int(row[2])
+                    health.failures = int(row[3])
+                    health.consecutive_failures = int(row[4])
+                    health.last_success = from_epoch(row[5])
+                    health.last_failure = from_epoch(row[6])
+                    health.last_error = str(row[7])
+                out.append(health)
+            return out
+
+        return await self._db.run(job)
+
+    async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
+        def job(conn: sqlite3.Connection) -> list[OutboxEntry]:
+            return [self._entry(row) for row in conn.execute(self._sql_dead_letters, (tenant, owner, task_id))]
+
+        return await self._db.run(job)

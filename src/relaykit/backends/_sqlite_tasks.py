@@ -1,0 +1,171 @@
+"""The SQLite task store: tasks in ``<namespace>_tasks``, versioned, listed by the keyset every store shares.
+
+See ``_sqlite`` for the invariants (one owner, one thread, durability, ordering).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from datetime import datetime
+
+from relaykit._types import Task, TaskState
+from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord
+from relaykit.backends._handle import AttachedStore
+from relaykit.backends._memory import failed_status
+from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
+from relaykit.backends._sqlite_db import Database, transaction
+
+__all__ = ["SQLiteTaskStore"]
+
+# States are stored as their proto names (the wire value), so the column reads the same as the JSON body.
+_ACTIVE = (TaskState.SUBMITTED.value, TaskState.WORKING.value)
+_TERMINAL = tuple(state.value for state in TaskState if state.is_terminal)
+
+
+class SQLiteTaskStore(AttachedStore[Database]):
+    """Tasks in one SQLite file (WAL), owned by this process while started.
+
+    >>> store = SQLiteTaskStore("relaykit.db")
+    >>> store.path.endswith("relaykit.db")
+    True
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, namespace: str = "relaykit") -> None:
+        self._db = Database(os.fspath(path), namespace)
+        self._started = False
+        t = f"{namespace}_tasks"
+        self._sql_get = f"SELECT body, version, event_seq FROM {t} WHERE id = ? AND tenant = ? AND owner = ?"
+        self._sql_insert = (
+            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        # Scope in the WHERE clause too: a record can never move a task to another tenant or owner.
+        self._sql_update = (
+            f"UPDATE {t} SET context_id = ?, state = ?, status_ts = ?, version = ?, event_seq = ?, body = ? "
+            "WHERE id = ? AND version = ? AND tenant = ? AND owner = ?"
+        )
+        self._sql_delete = f"DELETE FROM {t} WHERE id = ? AND tenant = ? AND owner = ?"
+        self._sql_active = f"SELECT id, body FROM {t} WHERE state IN (?, ?)"
+        self._sql_fail = f"UPDATE {t} SET state = ?, status_ts = ?, version = version + 1, body = ? WHERE id = ?"
+        self._sql_purge = f"DELETE FROM {t} WHERE state IN ({', '.join('?' * len(_TERMINAL))}) AND status_ts < ?"
+        self._table = t
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the database file."""
+        return self._db.path
+
+    @property
+    def namespace(self) -> str:
+        """The table prefix."""
+        return self._db.namespace
+
+    async def get(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> TaskRecord | None:
+        def job(conn: sqlite3.Connection) -> TaskRecord | None:
+            row = conn.execute(self._sql_get, (task_id, tenant, owner)).fetchone()
+            if row is None:
+                return None
+            return TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]), int(row[2]))
+
+        return await self._db.run(job)
+
+    async def save(self, record: TaskRecord) -> None:
+        # Everything is read and encoded here, at call time: the caller may keep mutating the task (and the
+        # record) while the write waits its turn on the worker thread.
+        task = record.task
+        task_id, version = task.id, record.version
+        status_ts = sort_key(task)[0]
+        body = record.body if record.body is not None else task.to_json()
+        fields = (task.context_id, task.status.state.value, status_ts, version + 1, record.event_seq, body)
+        scope = (record.tenant, record.owner)
+
+        def job(conn: sqlite3.Connection) -> None:
+            if version == 0:
+                try:
+                    conn.execute(self._sql_insert, (task_id, *scope, *fields))
+                except sqlite3.IntegrityError:
+                    raise ConflictError(f"task {task_id} already exists") from None
+                return
+            if conn.execute(self._sql_update, (*fields, task_id, version, *scope)).rowcount != 1:
+                raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
+
+        await self._db.run(job)
+        record.version = version + 1
+
+    async def list(self, query: TaskQuery) -> ListPage:
+        # Decoded before queueing, so a bad token fails fast with ValueError and costs the database nothing.
+        after = decode_token(query.page_token) if query.page_token else None
+        where = ["tenant = ?", "owner = ?"]
+        params: list[object] = [query.tenant, query.owner]
+        if query.context_id:
+            where.append("context_id = ?")
+            params.append(query.context_id)
+        if query.state is not None:
+            where.append("state = ?")
+            params.append(query.state.value)
+        if query.status_after is not None:
+            where.append("status_ts >= ?")
+            params.append(timestamp_us(query.status_after))
+        count_sql = f"SELECT COUNT(*) FROM {self._table} WHERE {' AND '.join(where)}"
+        page_where = list(where)
+        page_params = list(params)
+        if after is not None:
+            # A row-value comparison is one index range constraint in SQLite, so the page starts with a seek.
+            page_where.append("(status_ts, id) < (?, ?)")
+            page_params.extend(after)
+        # One row more than the page tells whether a next page exists without a second query.
+        page_sql = (
+            f"SELECT status_ts, id, body FROM {self._table} WHERE {' AND '.join(page_where)} "
+            "ORDER BY status_ts DESC, id DESC LIMIT ?"
+        )
+        size = max(query.page_size, 0)
+        page_params.append(size + 1)
+
+        def job(conn: sqlite3.Connection) -> ListPage:
+            # One read transaction: the count and the page see the same snapshot.
+            conn.execute("BEGIN")
+            try:
+                total = int(conn.execute(count_sql, params).fetchone()[0])
+                rows = conn.execute(page_sql, page_params).fetchall()
+            finally:
+                conn.execute("COMMIT")
+            page = rows[:size]
+            more = len(rows) > size
+            return ListPage(
+                tasks=[Task.from_json(row[2]) for row in page],
+                next_page_token=encode_token((int(page[-1][0]), str(page[-1][1]))) if more and page else "",
+                total_size=total,
+            )
+
+        return await self._db.run(job)
+
+    async def delete(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
+        def job(conn: sqlite3.Connection) -> bool:
+            return conn.execute(self._sql_delete, (task_id, tenant, owner)).rowcount > 0
+
+        return await self._db.run(job)
+
+    async def fail_orphans(self, reason: str) -> int:
+        def job(conn: sqlite3.Connection) -> int:
+            with transaction(conn):
+                rows = conn.execute(self._sql_active, _ACTIVE).fetchall()
+                for task_id, body in rows:
+                    task = Task.from_json(body)
+                    status = failed_status(reason)
+                    task.status = status
+                    # History holds the agent messages carried in status updates (CONTRACT): this one too.
+                    if status.message is not None:
+                        task.history.append(status.message)
+                    conn.execute(self._sql_fail, (status.state.value, sort_key(task)[0], task.to_json(), task_id))
+            return len(rows)
+
+        return await self._db.run(job)
+
+    async def purge(self, before: datetime) -> int:
+        limit = timestamp_us(before)
+
+        def job(conn: sqlite3.Connection) -> int:
+            return conn.execute(self._sql_purge, (*_TERMINAL, limit)).rowcount
+
+        return await self._db.run(job)
