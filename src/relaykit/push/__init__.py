@@ -16,10 +16,12 @@ Receiving side: ``WebhookReceiver`` (an ASGI app) and ``verify_request`` (for yo
 
 from relaykit.backends._base import DeliveryHealth, OutboxEntry, PushOutbox
 from relaykit.backends._memory import MemoryPushOutbox
+from relaykit.push._config_cache import ConfigCache
 from relaykit.push._outbox import open_outbox
+from relaykit.push._policy import DeliveryPolicy
 from relaykit.push._receiver import WebhookReceiver
 from relaykit.push._sender import EVENT_ID_HEADER as EVENT_ID_HEADER
-from relaykit.push._sender import ConfigCache, DeliveryPolicy, PushEvents, PushSender
+from relaykit.push._sender import PushEvents, PushSender
 from relaykit.push._signing import SIGNATURE_HEADER as SIGNATURE_HEADER
 from relaykit.push._signing import PushSigner, SignatureError, verify_request
 from relaykit.push._ssrf import WebhookGuard, WebhookRefusedError, address_problem

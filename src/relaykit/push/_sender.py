@@ -14,6 +14,9 @@ exponential backoff and jitter, honouring ``Retry-After``, until ``max_attempts`
 and then the entry becomes a dead letter. Redirects are not followed. The SSRF guard runs again at connect time.
 A restart resumes the outbox's pending entries. One runner per stream (and a store lease) means two deliveries of
 the same (task, config) never overlap.
+
+Modules: this one holds ``PushSender`` (and re-exports ``ConfigCache`` and ``DeliveryPolicy``); ``_config_cache``
+the cached view of the push-config store; ``_policy`` ``DeliveryPolicy``.
 """
 
 from __future__ import annotations
@@ -25,12 +28,9 @@ import contextvars
 import itertools
 import logging
 import os
-import random
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpcore
@@ -52,7 +52,9 @@ from relaykit.backends._base import (
     PushOutbox,
     StreamKey,
 )
+from relaykit.push._config_cache import ConfigCache, TaskKey
 from relaykit.push._outbox import OutboxWriter
+from relaykit.push._policy import DeliveryPolicy
 from relaykit.push._signing import SIGNATURE_HEADER, PushSigner
 from relaykit.push._ssrf import GuardedBackend, WebhookGuard
 
@@ -67,7 +69,6 @@ log = logging.getLogger("relaykit.push")
 EVENT_ID_HEADER = "X-Relaykit-Event-Id"
 USER_AGENT = "relaykit-push/0.1"
 PushEvents = Literal["all", "state"]
-TaskKey = tuple[str, str, str]  # (tenant, owner, task_id)
 
 _TERMINAL = frozenset(s for s in TaskState if s.is_terminal)
 # Set while a webhook request is in flight: httpx logs every request URL at INFO, and a webhook URL may carry a
@@ -82,141 +83,6 @@ class _QuietDeliveries(logging.Filter):
 
 _QUIET = _QuietDeliveries()
 _MAX_RESPONSE = 64 * 1024  # bytes of a webhook's response body read (and thrown away) so the connection is reused
-
-
-@dataclass(frozen=True, slots=True)
-class DeliveryPolicy:
-    """How hard the sender tries.
-
-    ``timeout``: seconds for one whole request. A failed attempt ``n`` (1-based) waits
-    ``min(max_backoff, backoff * 2**(n-1))`` seconds, minus up to ``jitter`` of it at random (and at least a
-    ``Retry-After`` the receiver asked for, up to ``max_backoff``). An entry is given up on (dead letter) after
-    ``max_attempts`` attempts, or once it is ``max_age`` seconds old. ``concurrency``: requests in flight at once.
-
-    >>> DeliveryPolicy(backoff=0.05, max_attempts=3).max_attempts
-    3
-    """
-
-    timeout: float = 10.0
-    max_attempts: int = 8
-    backoff: float = 1.0
-    max_backoff: float = 300.0
-    jitter: float = 0.5
-    max_age: float = 86400.0
-    concurrency: int = 64
-
-    def __post_init__(self) -> None:
-        if self.timeout <= 0 or self.max_attempts < 1 or self.backoff < 0 or self.concurrency < 1:
-            raise ValueError("DeliveryPolicy: timeout > 0, max_attempts >= 1, backoff >= 0, concurrency >= 1")
-        if not 0 <= self.jitter <= 1:
-            raise ValueError("DeliveryPolicy: jitter is a fraction between 0 and 1")
-
-    def delay(self, attempts: int, retry_after: float | None = None) -> float:
-        """Seconds to wait after ``attempts`` failed attempts."""
-        base = min(self.max_backoff, self.backoff * 2.0 ** max(0, attempts - 1))
-        delay = base * (1.0 - self.jitter * random.random())
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.max_backoff))
-        return delay
-
-
-class ConfigCache:
-    """The push-config store as the request handler and the sender see it: writes go through, a task's configs
-    are cached (LRU), so the engine hook does not read the store for every event.
-
-    Consistency: every write in this process goes through here and updates the cache; a load that raced with a
-    write is not cached. Replicas sharing the store (scale-out) announce each write (``on_change``) and drop the
-    entries the others announce (``forget``).
-    """
-
-    def __init__(self, store: PushConfigStore, *, size: int = 4096) -> None:
-        self.store = store
-        self.size = size
-        self.on_delete: Callable[[StreamKey], None] | None = None
-        self.on_put: Callable[[], None] | None = None
-        self.on_change: Callable[[TaskKey], None] | None = None
-        self._entries: collections.OrderedDict[TaskKey, dict[str, TaskPushNotificationConfig]] = (
-            collections.OrderedDict()
-        )
-        self._writes = 0
-
-    async def start(self) -> None:
-        await self.store.start()
-
-    async def close(self) -> None:
-        await self.store.close()
-
-    def _remember(self, key: TaskKey, configs: dict[str, TaskPushNotificationConfig]) -> None:
-        self._entries[key] = configs
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
-
-    def forget(self, key: TaskKey | None = None) -> None:
-        """Drop a task's cached configs (another process changed them), or every cached entry (``None``)."""
-        self._writes += 1
-        if key is None:
-            self._entries.clear()
-        else:
-            self._entries.pop(key, None)
-
-    def seed(self, key: TaskKey) -> None:
-        """A task created just now: it has no configs but those put from now on."""
-        if key not in self._entries:
-            self._remember(key, {})
-
-    async def for_task(self, key: TaskKey) -> list[TaskPushNotificationConfig]:
-        """The task's configs (cached)."""
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
-            return list(entry.values())
-        writes = self._writes
-        configs = await self.store.list(key[2], tenant=key[0], owner=key[1])
-        if writes == self._writes:
-            self._remember(key, {c.id: c for c in configs})
-        return configs
-
-    async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
-        if self.on_put is not None:
-            self.on_put()
-        self._writes += 1
-        await self.store.put(config, owner=owner)
-        self._writes += 1
-        entry = self._entries.get((config.tenant, owner, config.task_id))
-        if entry is not None:
-            entry[config.id] = config
-        if self.on_change is not None:
-            self.on_change((config.tenant, owner, config.task_id))
-
-    async def get(
-        self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous"
-    ) -> TaskPushNotificationConfig | None:
-        entry = self._entries.get((tenant, owner, task_id))
-        if entry is not None:
-            return entry.get(config_id)
-        return await self.store.get(task_id, config_id, tenant=tenant, owner=owner)
-
-    async def list(
-        self, task_id: str, *, tenant: str = "", owner: str = "anonymous"
-    ) -> list[TaskPushNotificationConfig]:
-        entry = self._entries.get((tenant, owner, task_id))
-        if entry is not None:
-            return list(entry.values())
-        return await self.store.list(task_id, tenant=tenant, owner=owner)
-
-    async def delete(self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
-        self._writes += 1
-        removed = await self.store.delete(task_id, config_id, tenant=tenant, owner=owner)
-        self._writes += 1
-        entry = self._entries.get((tenant, owner, task_id))
-        if entry is not None:
-            entry.pop(config_id, None)
-        if removed and self.on_delete is not None:
-            self.on_delete((tenant, owner, task_id, config_id))
-        if removed and self.on_change is not None:
-            self.on_change((tenant, owner, task_id))
-        return removed
 
 
 class _Stream:
