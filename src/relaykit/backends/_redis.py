@@ -161,6 +161,7 @@ class RedisEventBus:
         self._woken = False
         self._changed = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
+        self._closing = False
         self.woke = False
         self.connected = False
 
@@ -189,10 +190,13 @@ class RedisEventBus:
         self._reader = asyncio.create_task(self._read_loop(), name="relaykit-redis-reader")
 
     async def close(self) -> None:
+        self._closing = True
+        self._changed.set()
         if self._reader is not None:
+            # redis-py may finish a blocking read normally although its task is being cancelled (it swallows the
+            # CancelledError): the loop then sees ``_closing`` and ends. Bounded either way.
             self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._reader
+            await asyncio.wait({self._reader}, timeout=2.0)
             self._reader = None
         for watch in self._watch.values():
             for tap in watch.taps:
@@ -397,7 +401,7 @@ class RedisEventBus:
 
     async def _read_loop(self) -> None:
         attempt = 0
-        while True:
+        while not self._closing:
             if not self._watch:
                 self._changed.clear()
                 await self._changed.wait()

@@ -80,6 +80,11 @@ class RedisWorkQueue:
         self._client = client
         self._own_client = client is None
         self._group_ready = False
+        self._listening = True
+
+    def stop_listening(self) -> None:
+        """End the pub/sub listeners at their next turn (a swallowed cancellation must not keep them going)."""
+        self._listening = False
 
     @property
     def client(self) -> Any:
@@ -191,12 +196,12 @@ class RedisWorkQueue:
 
     async def _listen(self, channel: str) -> AsyncIterator[dict[str, Any] | None]:
         """The JSON messages of a pub/sub channel; ``None`` at each (re)subscription. Reconnects through outages."""
-        while True:
+        while self._listening:
             pubsub = self.client.pubsub()
             try:
                 await pubsub.subscribe(channel)
                 yield None
-                while True:
+                while self._listening:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
                     if message is None or message.get("type") != "message":
                         continue

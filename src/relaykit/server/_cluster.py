@@ -66,6 +66,15 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
+async def _stop(tasks: list[asyncio.Task[None]]) -> None:
+    # Bounded: a Redis client call may swallow the cancellation and return normally; the loops then see it the next
+    # time round, and a loop that does not is left to the event loop's end rather than hang the shutdown.
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=2.0)
+
+
 def _last_user_message(task: Task) -> Message | None:
     for message in reversed(task.history):
         if message.role is Role.USER:
@@ -118,6 +127,8 @@ class Cluster(Front):
         self._jobs: set[asyncio.Task[Any]] = set()
         self._capacity = asyncio.Event()
         self._generation = 0
+        self._intake_stopped = False
+        self._closed = False
         self.alive = False  # the last heartbeat reached the store
         self.push_configs: Any = None  # the push sender's ConfigCache, kept coherent across replicas
         engine.cluster = self
@@ -160,20 +171,15 @@ class Cluster(Front):
 
     async def stop_intake(self) -> None:
         """Take no more work (shutdown): running executions go on."""
-        for task in self._intake:
-            task.cancel()
-        for task in self._intake:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        self._intake_stopped = True
+        await _stop(self._intake)
         self._intake = []
 
     async def close(self) -> None:
         await self.stop_intake()
-        for task in self._loops:
-            task.cancel()
-        for task in self._loops:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        self._closed = True
+        self.queue.stop_listening()
+        await _stop(self._loops)
         self._loops = []
         if self._jobs:
             await asyncio.wait(self._jobs, timeout=2.0)
@@ -192,7 +198,7 @@ class Cluster(Front):
         return task
 
     async def _heartbeat_loop(self) -> None:
-        while True:
+        while not self._closed:
             await asyncio.sleep(self.heartbeat)
             try:
                 await self.store.heartbeat(self.id, self.lease)
@@ -250,7 +256,7 @@ class Cluster(Front):
     async def _consume_loop(self) -> None:
         engine = self.engine
         attempt = 0
-        while True:
+        while not self._intake_stopped:
             free = engine.max_concurrent - engine.running_executions - len(self._jobs)
             if free <= 0:
                 self._capacity.clear()
@@ -272,7 +278,7 @@ class Cluster(Front):
                 self._spawn(self._take(item))
 
     async def _sweep_loop(self) -> None:
-        while True:
+        while not self._intake_stopped:
             await asyncio.sleep(self.lease * (0.5 + secrets.randbelow(1000) / 1000))
             try:
                 for item in await self.queue.reclaim(self.id, self.lease * 2):
@@ -301,6 +307,9 @@ class Cluster(Front):
         """Claim the item's task, waiting while another live worker runs it; None when the task is gone."""
         delay = 0.02
         while True:
+            if self._intake_stopped:
+                # Shutting down: leave the entry unacknowledged, so another worker gets it.
+                raise ServiceUnavailableError("this worker is stopping")
             claim = await self._claim(item.task_id, item.tenant, item.owner)
             if claim is not None:
                 return claim
