@@ -196,7 +196,11 @@ class RedisEventBus:
             # redis-py may finish a blocking read normally although its task is being cancelled (it swallows the
             # CancelledError): the loop then sees ``_closing`` and ends. Bounded either way.
             self._reader.cancel()
-            await asyncio.wait({self._reader}, timeout=2.0)
+            if not (await asyncio.wait({self._reader}, timeout=0.2))[0] and self._client is not None:
+                # Still inside its blocking read: cut the connections under it.
+                with contextlib.suppress(Exception):
+                    await self._client.connection_pool.disconnect()
+                await asyncio.wait({self._reader}, timeout=1.0)
             self._reader = None
         for watch in self._watch.values():
             for tap in watch.taps:
