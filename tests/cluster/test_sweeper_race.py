@@ -52,7 +52,7 @@ async def replica(postgres_url: str, redis_url: str, cluster_namespace: str) -> 
         stopping = asyncio.ensure_future(server.stop())
         done, _ = await asyncio.wait({stopping}, timeout=10.0)
         if not done:
-            # The known RedisEventBus.close() hang (tests/backends/test_bus_contract.py): cancel its reader again.
+            # Should RedisEventBus.close() hang again (tests/backends/test_bus_contract.py): cancel its reader again.
             server.engine.bus._reader.cancel()
         await asyncio.wait_for(stopping, 10.0)
 
