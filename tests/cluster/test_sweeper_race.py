@@ -57,12 +57,6 @@ async def replica(postgres_url: str, redis_url: str, cluster_namespace: str) -> 
         await asyncio.wait_for(stopping, 10.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="src bug: Cluster._sweep_loop checks engine.registry before awaiting _claim, and a claim by the worker "
-    "that already holds the task bumps its version (PostgresTaskStore claim SQL: p.worker = $4), so a sweep racing "
-    "this process's own queue consumer fences off the running execution (ConflictError, client gets HTTP 500)",
-)
 async def test_sweep_of_a_task_this_process_runs_leaves_the_execution_alone(replica: Any) -> None:
     engine = replica.engine
     cluster = engine.cluster

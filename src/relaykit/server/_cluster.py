@@ -218,10 +218,18 @@ class Cluster(Front):
             lock = self._locks[task_id] = asyncio.Lock()
         return lock
 
-    async def _claim(self, task_id: str, tenant: str, owner: str) -> Claim | None:
+    async def _claim(self, task_id: str, tenant: str, owner: str, *, reuse: bool = True) -> Claim | None:
+        """Claim a task for this process. One it already holds is not claimed again: a claim bumps the task's
+        version, which would fence off this process's own running execution. ``reuse=False`` (the sweeper): None
+        for a task this process holds."""
         # Claims and releases of one task are serialised in this process, so a release issued as an execution ends
         # can never land after the claim for the next message.
         async with self._lock(task_id):
+            if task_id in self.held:
+                if not reuse:
+                    return None
+                record = await self.store.get(task_id, tenant=tenant, owner=owner)
+                return Claim(record, self.id) if record is not None else None
             claim: Claim | None = await self.store.claim(task_id, self.id, tenant=tenant, owner=owner)
             if claim is not None:
                 self._generation += 1
@@ -286,7 +294,7 @@ class Cluster(Front):
                 for orphan in await self.store.orphans(unstarted_after=self.unstarted_after, limit=100):
                     if orphan.task_id in self.engine.registry:
                         continue
-                    claim = await self._claim(orphan.task_id, orphan.tenant, orphan.owner)
+                    claim = await self._claim(orphan.task_id, orphan.tenant, orphan.owner, reuse=False)
                     if claim is not None:
                         await self._recover(claim)
             except asyncio.CancelledError:

@@ -87,7 +87,7 @@ class Front:
     cancel_timeout: float
     requeue_after: float
 
-    async def _claim(self, task_id: str, tenant: str, owner: str) -> Claim | None:
+    async def _claim(self, task_id: str, tenant: str, owner: str, *, reuse: bool = True) -> Claim | None:
         raise NotImplementedError  # provided by Cluster
 
     async def _release(self, task_id: str) -> None:
