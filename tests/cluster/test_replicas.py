@@ -175,6 +175,30 @@ async def test_last_event_id_resume_on_another_replica(shared_deployment: Deploy
     assert artifact_texts(task) == ["".join(chunks(total))]
 
 
+async def test_resume_after_the_task_ended_replays_what_was_missed(
+    shared_deployment: Deployment, http: httpx.AsyncClient
+) -> None:
+    # The client dropped its stream, and the task finished before it came back: the resumed subscription (on another
+    # replica) still gets exactly the events it missed, up to COMPLETED, then ends.
+    d = shared_deployment
+    total = 20
+    async with open_stream(http, d.urls[0], message(f"{total} 0.02")) as streaming:
+        await streaming.until_chunk(4, WAIT)
+    seen = streaming.seen
+    task_id, last = seen[0].task_id, seen[-1].id
+    assert task_id is not None
+    assert last is not None
+    await wait_for_state(http, d.urls[1], task_id, {"TASK_STATE_COMPLETED"}, WAIT)
+    async with open_subscribe(http, d.urls[2], task_id, last_event_id=last) as resumed:
+        missed = await resumed.rest(WAIT)
+    assert [e.id for e in missed] == list(range(last + 1, last + 1 + len(missed))), [e.id for e in missed]
+    assert [e.chunk for e in seen + missed if e.chunk is not None] == chunks(total)
+    assert missed[-1].state == "TASK_STATE_COMPLETED"
+    # With nothing left to replay, the resumed stream ends at once (it does not wait for events that cannot come).
+    async with open_subscribe(http, d.urls[1], task_id, last_event_id=missed[-1].id) as again:
+        assert await again.rest(WAIT) == []
+
+
 async def test_resume_with_an_id_the_log_does_not_have_starts_from_a_snapshot(
     shared_deployment: Deployment, http: httpx.AsyncClient
 ) -> None:

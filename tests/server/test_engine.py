@@ -1107,6 +1107,24 @@ async def test_resume_from_an_id_older_than_the_replay_ring_starts_with_a_snapsh
     assert fold([snapshot, *(e for _, e, _ in rest)]) == (expected, TaskState.COMPLETED)
 
 
+async def test_resume_of_a_finished_task(engines: Factory) -> None:
+    # A stream resumed after its task ended: from the last event there is nothing left, and the resumed stream
+    # ends at once instead of waiting for events that cannot come; from an id the (dropped) log no longer covers,
+    # the terminal task is refused as any subscription to it is (the final state is GetTask's).
+    engine = await engines(Scripted(_ten_chunks_then_ask()))
+    turn1 = await collect(engine.stream(req()))
+    task_id = turn1[0][1].id
+    turn2 = await collect(engine.stream(req("end", task_id=task_id)))
+    assert engine.bus.tap_count() == 0
+    last = turn2[-1][0]
+    assert await collect(await within(engine.subscribe(task_id, last_event_id=last))) == []
+    assert engine.bus.log_count() == 0  # the resumed reader did not leave the finished task's log behind
+    with pytest.raises(UnsupportedOperationError):
+        await engine.subscribe(task_id, last_event_id=turn1[2][0])
+    with pytest.raises(UnsupportedOperationError):
+        await engine.subscribe(task_id)
+
+
 async def test_event_ids_are_one_sequence_across_stream_and_subscribe(engines: Factory) -> None:
     reached, gate = asyncio.Event(), asyncio.Event()
 

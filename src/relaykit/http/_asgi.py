@@ -195,7 +195,7 @@ def _none_pending() -> int:
 async def stream_sse(
     receive: Receive,
     send: Send,
-    first: tuple[int, Any, bytes],
+    first: tuple[int, Any, bytes] | None,
     items: AsyncIterator[tuple[int, Any, bytes]],
     frame: Framer,
     error_frame: ErrorFramer,
@@ -205,10 +205,19 @@ async def stream_sse(
 ) -> None:
     """Send an SSE response: ``first`` (already pulled, so errors before it were plain responses), then the rest.
 
+    ``first=None``: the stream has no events at all (a resumed subscription with nothing left): an empty response.
+
     A watcher task listens for the client's disconnect (and sends keep-alive comments while idle); on disconnect
     it cancels only this response's consumption of ``items``, whose ``finally`` releases the tap.
     """
     await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra_headers]})
+    if first is None:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        aclose = getattr(items, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+        return
     state = {"last": asyncio.get_running_loop().time()}
     consumer = asyncio.current_task()
     disconnected = asyncio.Event()

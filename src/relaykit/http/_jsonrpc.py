@@ -157,7 +157,7 @@ class JSONRPCBinding:
         else:
             items = await self.handler.dispatch(method, request, call)
         # Pull the first event before answering: an error up to here is an ordinary JSON-RPC error response.
-        first = await anext(items)
+        first = await anext(items, None)
         prefix = b'{"jsonrpc":"2.0","id":' + pydantic_core.to_json(rid) + b',"result":'
 
         def frame(seq: int, data: bytes) -> bytes:

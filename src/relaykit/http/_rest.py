@@ -148,7 +148,7 @@ class RESTBinding:
                     items = await self.handler.subscribe_to_task(request, call, last_event_id(scope))  # type: ignore[arg-type]
                 else:
                     items = await self.handler.dispatch(op.handler, request, call)
-                first = await anext(items)
+                first = await anext(items, None)
                 await stream_sse(
                     receive,
                     send,

@@ -82,6 +82,7 @@ class Readers:
         self, tap: Tap, *, until_terminal: bool, tenant: str, owner: str
     ) -> AsyncGenerator[StreamItem, None]:
         floor = 0  # events up to this seq are covered by a snapshot this reader was given
+        given = -1  # the seq the last snapshot given by this reader stood for
         while True:
             try:
                 item = await tap.get()
@@ -94,13 +95,21 @@ class Readers:
                 resync = await self._resync(tap.task_id, tenant, owner)
                 if resync is None:
                     return
-                floor, snap = resync
-                yield (floor, snap, StreamResponse(task=snap).to_json())
-                state = snap.status.state
-                if state in TERMINAL or (not until_terminal and state in INTERRUPTED):
-                    return
+                stood_for, snap = resync
+                seen = tap.last_seq
+                floor = max(stood_for, seen)
+                if stood_for > given:
+                    given = stood_for
+                    # Its id never goes back below an event this reader already delivered: a client that resumes
+                    # from it must not be sent those again.
+                    yield (floor, snap, StreamResponse(task=snap).to_json())
+                    state = snap.status.state
+                    if state in TERMINAL or (not until_terminal and state in INTERRUPTED):
+                        return
+                # else the task as stored holds nothing newer than the snapshot already given (the log lost events
+                # that were never checkpointed): a second copy would tell the reader nothing.
                 # Go on from the snapshot with whatever the log still holds after it.
-                tap.fill((), max(tap.last_seq, floor))
+                tap.fill((), floor)
                 await self.bus.reopen(tap, lenient=True)
                 continue
             if item is END:
@@ -189,29 +198,42 @@ class Readers:
         else:
             assert record is not None
             snapshot, stored_seq = record.task, record.event_seq
-        if snapshot.status.state in TERMINAL:
-            raise UnsupportedOperationError(
-                f"task {task_id} is {snapshot.status.state.name}; only active tasks can be subscribed to "
-                "(use GetTask for the final state)",
-                task_id=task_id,
-            )
+        terminal = snapshot.status.state in TERMINAL
+        refused = UnsupportedOperationError(
+            f"task {task_id} is {snapshot.status.state.name}; only active tasks can be subscribed to "
+            "(use GetTask for the final state)",
+            task_id=task_id,
+        )
+        if terminal and last_event_id is None:
+            raise refused
         if self.bus.tap_count(task_id) >= self.max_subscribers:
             raise ResourceExhaustedError(f"task {task_id} already has {self.max_subscribers} subscribers")
         if last_event_id is not None:
             tap, gap = await self.bus.open(task_id, after=last_event_id, base_seq=stored_seq)
             if not gap:
-                return _Subscription(self._subscription(tap, None, tenant, call.user), self.bus, tap)
+                if terminal:
+                    # A stream resumed after the task ended: the events it missed, up to the end, are still in the
+                    # log; nothing more will come.
+                    tap.finish()
+                items = self._subscription(tap, None, tenant, call.user, forget=terminal)
+                return _Subscription(items, self.bus, tap, forget=terminal)
             self.bus.close_tap(tap)
+            if terminal:
+                raise refused
+        seen = last_event_id or 0
         # From the snapshot: it stands for every event up to ``stored_seq``; replay whatever came after it.
-        tap, gap = await self.bus.open(task_id, after=stored_seq, base_seq=stored_seq)
+        tap, gap = await self.bus.open(task_id, after=max(stored_seq, seen), base_seq=stored_seq)
         if gap:
             self.bus.close_tap(tap)
             tap, _ = await self.bus.open(task_id, base_seq=stored_seq)
             stored_seq = tap.last_seq
-        return _Subscription(self._subscription(tap, (stored_seq, snapshot), tenant, call.user), self.bus, tap)
+        # The snapshot's id is not below the client's Last-Event-ID (resuming from it must not repeat events), unless
+        # that id is beyond anything the log has numbered (then it is no position at all, and later ids must rise).
+        first = (max(stored_seq, min(seen, tap.head)), snapshot)
+        return _Subscription(self._subscription(tap, first, tenant, call.user), self.bus, tap)
 
     async def _subscription(
-        self, tap: Tap, first: tuple[int, Task] | None, tenant: str, owner: str
+        self, tap: Tap, first: tuple[int, Task] | None, tenant: str, owner: str, *, forget: bool = False
     ) -> AsyncGenerator[StreamItem, None]:
         try:
             if first is not None:
@@ -221,6 +243,8 @@ class Readers:
                 yield item
         finally:
             self.bus.close_tap(tap)
+            if forget:
+                self.bus.forget(tap.task_id)
 
 
 class EventStream:
@@ -254,12 +278,15 @@ class _Subscription:
     iteration never began (``aclose()`` on an unstarted async generator runs none of its code, not its ``finally``).
     """
 
-    __slots__ = ("_bus", "_items", "_tap")
+    __slots__ = ("_bus", "_forget", "_items", "_tap")
 
-    def __init__(self, items: AsyncGenerator[StreamItem, None], bus: EventBus, tap: Tap) -> None:
+    def __init__(
+        self, items: AsyncGenerator[StreamItem, None], bus: EventBus, tap: Tap, *, forget: bool = False
+    ) -> None:
         self._items = items
         self._bus = bus
         self._tap = tap
+        self._forget = forget  # the task is terminal: its log may go with this (last) reader
 
     def __aiter__(self) -> _Subscription:
         return self
@@ -276,3 +303,5 @@ class _Subscription:
             await self._items.aclose()
         finally:
             self._bus.close_tap(self._tap)
+            if self._forget:
+                self._bus.forget(self._tap.task_id)
