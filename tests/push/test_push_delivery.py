@@ -211,7 +211,20 @@ def test_configs_added_after_creation_receive_later_events(recorder: Recorder, l
                 reply = httpx.post(f"{server.base}/", json=body, headers=A2A, timeout=10)
                 assert "result" in reply.json(), reply.text
         assert server.send("Ada", task_id=task["id"]).json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
-        got = {name: recorder.wait_accepted(f"/{binding}-{name}", 1) for name in ("a", "b")}
+        # Each receiver gets the continuation's events in order, COMPLETED last (waiting for "at least one" alone
+        # would read the records while the later events are still on their way).
+        got = {
+            name: wait_until(
+                lambda name=name: (
+                    records
+                    if (records := recorder.accepted(f"/{binding}-{name}"))
+                    and state_of(records[-1]["json"]) == "TASK_STATE_COMPLETED"
+                    else None
+                ),
+                what=f"COMPLETED delivered to {name}",
+            )
+            for name in ("a", "b")
+        }
         status = _status_when(server, task["id"], lambda c: c["pending"] == 0, "delivery")
     finally:
         server.stop()
