@@ -55,3 +55,46 @@ async def test_off_by_default(caplog: pytest.LogCaptureFixture) -> None:
         await _exercise(app)
     await app.state.relaykit.stop()
     assert not [r for r in caplog.records if r.name == "relaykit.access"]
+
+
+def _tag_by_getattr(operation: str, request: object) -> str:
+    """The task id the access line names, by plain getattr (as first written), to check the fast lookup against."""
+    by_id = operation in {"GetTask", "CancelTask", "SubscribeToTask"}
+    task_id = getattr(request, "id", "") if by_id else getattr(request, "task_id", "")
+    if not task_id:
+        message = getattr(request, "message", None)
+        task_id = getattr(message, "task_id", "") if message is not None else ""
+    return str(task_id)
+
+
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [
+        ("SendMessage", {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}}),
+        (
+            "SendMessage",
+            {"message": {"messageId": "m", "taskId": "t-1", "role": "ROLE_USER", "parts": [{"text": "x"}]}},
+        ),
+        (
+            "SendStreamingMessage",
+            {"message": {"messageId": "m", "taskId": "t-2", "role": "ROLE_USER", "parts": [{"text": "x"}]}},
+        ),
+        ("GetTask", {"id": "t-3"}),
+        ("CancelTask", {"id": "t-4"}),
+        ("SubscribeToTask", {"id": "t-5"}),
+        ("ListTasks", {}),
+        ("GetTaskPushNotificationConfig", {"taskId": "t-6", "id": "c"}),
+        ("CreateTaskPushNotificationConfig", {"taskId": "t-7", "url": "https://example.com/hook"}),
+        ("DeleteTaskPushNotificationConfig", {"taskId": "t-8", "id": "c"}),
+        ("GetExtendedAgentCard", {}),
+    ],
+)
+def test_tagged_task_id(method: str, params: dict[str, object]) -> None:
+    from relaykit._methods import OPERATIONS_BY_NAME
+    from relaykit.http._asgi import tag_request
+
+    request = OPERATIONS_BY_NAME[method].request.model_validate(params)
+    scope: dict[str, object] = {}
+    tag_request(scope, method, request)
+    assert scope["relaykit.op"] == method
+    assert scope["relaykit.task"] == _tag_by_getattr(method, request)
