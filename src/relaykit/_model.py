@@ -18,6 +18,7 @@ import base64
 import binascii
 import functools
 import re
+import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Self
 
@@ -139,9 +140,16 @@ def format_timestamp(value: datetime) -> str:
     Cached: a task's status timestamp is encoded several times (store, stream, response), always the same value.
     """
     value = _to_utc(value)
-    return (
-        f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"
-        f"{value.second:02d}.{value.microsecond // 1000:03d}Z"
+    # %-formatting: the same text as the equivalent f-string at half its cost (a miss is the common case: every
+    # status change stamps a new millisecond).
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (  # noqa: UP031
+        value.year,
+        value.month,
+        value.day,
+        value.hour,
+        value.minute,
+        value.second,
+        value.microsecond // 1000,
     )
 
 
@@ -151,8 +159,10 @@ def utc_now() -> datetime:
     The wire carries milliseconds; stamping at that precision keeps the stored order (ListTasks) identical to the
     order a client sees, with ties broken by id as documented rather than by an invisible microsecond.
     """
-    now = datetime.now(UTC)
-    return now.replace(microsecond=now.microsecond - now.microsecond % 1000)
+    # Whole milliseconds from the same clock as ``datetime.now``, made a datetime in one call (``replace`` costs
+    # more than the clock read). Exact: a whole number of ms as a float is within 0.2 µs of the true value for
+    # any date before 2200, and ``fromtimestamp`` rounds to the nearest microsecond.
+    return datetime.fromtimestamp(time.time_ns() // 1_000_000 / 1000, UTC)
 
 
 def _after_timestamp(value: datetime) -> datetime:
