@@ -58,10 +58,11 @@ def new_id() -> str:
     at less than half the cost, and a request makes three of them.
     """
     h = os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
 
 
-_VARIANT = "89ab"
+# The variant nibble (RFC 4122: 10xx) for each random hex digit: a dict lookup rather than int(digit, 16) & 3.
+_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 
 class _ProtoEnum(StrEnum):
