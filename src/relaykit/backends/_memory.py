@@ -35,7 +35,7 @@ from relaykit.backends._base import (
     TaskQuery,
     TaskRecord,
 )
-from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
+from relaykit.backends._paging import decode_token, encode_token, timestamp_us
 
 __all__ = ["MemoryPushConfigStore", "MemoryPushOutbox", "MemoryTaskStore", "from_epoch"]
 
@@ -44,7 +44,19 @@ _TERMINAL = (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskStat
 
 
 class _Row:
-    __slots__ = ("body", "context_id", "event_seq", "key", "owner", "state", "tenant", "version", "worker")
+    __slots__ = (
+        "_key",
+        "body",
+        "context_id",
+        "event_seq",
+        "owner",
+        "stamp",
+        "state",
+        "task_id",
+        "tenant",
+        "version",
+        "worker",
+    )
 
     def __init__(self, record: TaskRecord, version: int, worker: str | None = None) -> None:
         task = record.task
@@ -53,11 +65,22 @@ class _Row:
         self.owner = record.owner
         self.context_id = task.context_id
         self.state = task.status.state
-        self.key = sort_key(task)
+        self.task_id = task.id
+        # The sort key is computed on first use (list, purge): most rows are overwritten before anyone lists them.
+        self.stamp = task.status.timestamp
+        self._key: tuple[int, str] | None = None
         self.version = version
         self.event_seq = record.event_seq
         # The claimant (TaskClaims): kept across saves, like the PostgreSQL column.
         self.worker = worker
+
+    @property
+    def key(self) -> tuple[int, str]:
+        """``sort_key`` of the stored task."""
+        key = self._key
+        if key is None:
+            key = self._key = (timestamp_us(self.stamp), self.task_id)
+        return key
 
 
 def failed_status(reason: str) -> TaskStatus:
