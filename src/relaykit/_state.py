@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from relaykit._errors import InvalidAgentResponseError
 from relaykit._types import (
+    Artifact,
     Message,
     Task,
     TaskArtifactUpdateEvent,
@@ -127,7 +128,7 @@ def _apply_artifact(task: Task, event: TaskArtifactUpdateEvent) -> None:
     if not event.append:
         # The stored artifact owns its parts list (shallow copy, once per artifact): later chunks extend it in
         # place, and the event object that subscribers still hold must not change under them.
-        own = new.model_copy(update={"parts": list(new.parts)})
+        own = _own_copy(new)
         if index < 0:
             artifacts.append(own)
         else:
@@ -145,3 +146,24 @@ def _apply_artifact(task: Task, event: TaskArtifactUpdateEvent) -> None:
         existing.name = new.name
     if new.description and not existing.description:
         existing.description = new.description
+
+
+_set = object.__setattr__
+
+
+def _own_copy(artifact: Artifact) -> Artifact:
+    """``artifact.model_copy(update={"parts": list(artifact.parts)})``, minus pydantic's generic copy path.
+
+    Every artifact gets one (per task, the first event that names it), so it is on the path of every reply. A2A
+    models have no private attributes and no extras (``extra="ignore"``); tests/server/test_state.py checks the copy
+    against ``model_copy`` field for field.
+    """
+    values = artifact.__dict__.copy()
+    values["parts"] = list(values["parts"])
+    cls = type(artifact)
+    own = cls.__new__(cls)
+    _set(own, "__dict__", values)
+    _set(own, "__pydantic_fields_set__", set(artifact.__pydantic_fields_set__))
+    _set(own, "__pydantic_extra__", artifact.__pydantic_extra__)
+    _set(own, "__pydantic_private__", artifact.__pydantic_private__)
+    return own

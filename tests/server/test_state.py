@@ -181,6 +181,41 @@ def test_stored_artifact_parts_are_not_shared_with_the_event() -> None:
     assert [p.text for p in task.artifacts[0].parts] == ["r", "s"]
 
 
+@pytest.mark.parametrize(
+    "artifact",
+    [
+        Artifact.text("x", artifact_id="a"),
+        Artifact(
+            artifact_id="b",
+            name="n",
+            description="d",
+            parts=[Part(text="p"), Part(data={"k": 1})],
+            metadata={"m": [1, 2]},
+            extensions=["urn:x"],
+        ),
+        Artifact.model_validate({"artifactId": "c", "parts": [{"url": "https://x/y"}], "unknown": 1}),
+    ],
+)
+def test_own_copy_is_model_copy_with_its_own_parts(artifact: Artifact) -> None:
+    from relaykit._state import _own_copy
+
+    reference = artifact.model_copy(update={"parts": list(artifact.parts)})
+    own = _own_copy(artifact)
+    assert type(own) is type(reference)
+    assert own == reference
+    assert own.__dict__ == reference.__dict__
+    assert own.__pydantic_fields_set__ == reference.__pydantic_fields_set__
+    assert own.__pydantic_extra__ == reference.__pydantic_extra__
+    assert own.__pydantic_private__ == reference.__pydantic_private__
+    assert own.to_json() == artifact.to_json()
+    assert own.parts is not artifact.parts
+    assert own.__pydantic_fields_set__ is not artifact.__pydantic_fields_set__
+    own.parts.append(Part(text="more"))
+    own.name = "renamed"
+    assert len(artifact.parts) == len(reference.parts)
+    assert artifact.name != "renamed"
+
+
 # --- history ---------------------------------------------------------------------------------------------
 
 
