@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 from enum import StrEnum
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Self, cast
 
-from pydantic import Field, PlainSerializer, field_validator, model_serializer, model_validator
+from pydantic import Field, GetCoreSchemaHandler, PlainSerializer, field_validator, model_serializer, model_validator
+from pydantic_core import CoreSchema, core_schema
 
 from relaykit._model import A2AModel, Base64Bytes, Struct, Timestamp
 
@@ -67,6 +68,13 @@ _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
 class _ProtoEnum(StrEnum):
     """A proto enum: wire value is the proto name; input also takes the number and the 0.3 lower-case names."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        # JSON output is the member's own text (a StrEnum is its value): pydantic's enum serializer would read
+        # ``.value``, a Python-level property, for every enum of every encoded object.
+        schema = {**handler(source), "serialization": core_schema.to_string_ser_schema(when_used="json")}
+        return cast(CoreSchema, schema)
 
     @classmethod
     def _missing_(cls, value: object) -> Any:
