@@ -58,6 +58,32 @@ class A2AModel(BaseModel):
         return out
 
     @classmethod
+    def _trusted(cls, **values: Any) -> Self:
+        """An instance from values that already are what validation would make of them, without running it.
+
+        For hot paths that build objects out of values they have just checked (exact ``str``/``bool``/enum members,
+        instances of the field's model type, a fresh list). The result is the validated constructor's, field for
+        field: every field present in declaration order, defaults (and default factories) filled in, and
+        ``model_fields_set`` = the names given. Required fields must be given. A2A models have no extras and no
+        private attributes. tests/test_trusted.py checks each use against the validated constructor.
+        """
+        plan = _PLANS.get(cls)
+        if plan is None:
+            plan = _PLANS[cls] = _plan(cls)
+        template, factories = plan
+        fields = template.copy()
+        fields.update(values)
+        for name, factory in factories:
+            if name not in values:
+                fields[name] = factory()
+        obj = _new(cls)
+        _set_dict(obj, fields)
+        _set_fields_set(obj, set(values))
+        _set_extra(obj, None)
+        _set_private(obj, None)
+        return obj
+
+    @classmethod
     def from_json(cls, data: str | bytes) -> Self:
         """Parse ProtoJSON text into this type (raises ``pydantic.ValidationError``)."""
         return cls.model_validate_json(data)
@@ -66,6 +92,35 @@ class A2AModel(BaseModel):
     def from_dict(cls, data: Any) -> Self:
         """Validate already-decoded ProtoJSON data into this type."""
         return cls.model_validate(data)
+
+
+def _slot_setter(name: str) -> Any:
+    """The setter of one of BaseModel's instance slots (its descriptor's ``__set__``: cheaper than setattr)."""
+    setter = getattr(vars(BaseModel).get(name), "__set__", None)
+    if setter is None:  # pragma: no cover - a pydantic without that slot descriptor
+        return lambda obj, value: object.__setattr__(obj, name, value)
+    return setter
+
+
+_new = object.__new__
+_set_dict = _slot_setter("__dict__")
+_set_fields_set = _slot_setter("__pydantic_fields_set__")
+_set_extra = _slot_setter("__pydantic_extra__")
+_set_private = _slot_setter("__pydantic_private__")
+# Per model class: the field template (every field in order, holding its default) and its default factories.
+_PLANS: dict[type[A2AModel], tuple[dict[str, Any], tuple[tuple[str, Any], ...]]] = {}
+
+
+def _plan(cls: type[A2AModel]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:
+    template: dict[str, Any] = {}
+    factories: list[tuple[str, Any]] = []
+    for name, field in cls.model_fields.items():
+        if field.default_factory is not None:
+            factories.append((name, field.default_factory))  # A2A models' factories take no arguments (list)
+            template[name] = None
+        else:
+            template[name] = None if field.is_required() else field.default
+    return template, tuple(factories)
 
 
 class Encoded:

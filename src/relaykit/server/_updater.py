@@ -31,15 +31,26 @@ __all__ = ["EventEmitter", "TaskUpdater"]
 class TaskUpdater:
     """Builds and publishes status and artifact events for one task."""
 
-    __slots__ = ("context_id", "queue", "task_id")
+    __slots__ = ("_exact", "context_id", "queue", "task_id")
 
     def __init__(self, queue: EventQueue, context: RequestContext) -> None:
         self.queue = queue
         self.task_id = context.task_id
         self.context_id = context.context_id
+        # Events built from exact values skip pydantic's validation (``_trusted``): it would return them unchanged.
+        self._exact = type(self.task_id) is str and type(self.context_id) is str
 
     def message(self, content: str | Part | list[Part], **metadata: Any) -> Message:
         """An agent message bound to this task and context."""
+        if self._exact and type(content) is str and not metadata:
+            return Message._trusted(
+                message_id=new_id(),
+                role=Role.AGENT,
+                parts=[Part._trusted(text=content)],
+                task_id=self.task_id,
+                context_id=self.context_id,
+                metadata=None,
+            )
         parts = (
             [Part(text=content)] if isinstance(content, str) else [content] if isinstance(content, Part) else content
         )
@@ -112,6 +123,17 @@ class TaskUpdater:
     ) -> str:
         """Publish an artifact (or a chunk of one with ``append=True``); returns its id for later chunks."""
         art = Artifact.of(content, artifact_id=artifact_id, name=name, metadata=metadata)
+        if self._exact and type(append) is bool and type(last_chunk) is bool and type(art) is Artifact:
+            await self.queue.enqueue_event(
+                TaskArtifactUpdateEvent._trusted(
+                    task_id=self.task_id,
+                    context_id=self.context_id,
+                    artifact=art,
+                    append=append,
+                    last_chunk=last_chunk,
+                )
+            )
+            return art.artifact_id
         await self.queue.enqueue_event(
             TaskArtifactUpdateEvent(
                 task_id=self.task_id,
