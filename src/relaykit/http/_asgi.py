@@ -80,6 +80,8 @@ def query_params(scope: Scope) -> list[tuple[str, str]]:
 def check_version(scope: Scope) -> None:
     """Enforce ``A2A-Version`` (header or query parameter)."""
     value = header(scope, b"a2a-version")
+    if value == b"1.0":
+        return  # what every 1.0 client sends
     if value is None and scope.get("query_string"):
         for key, val in query_params(scope):
             if key.lower() == "a2a-version":

@@ -108,7 +108,8 @@ class JSONRPCBinding:
                 )
                 raise MethodNotFoundError(f"unknown method {method!r}{hint}", method=method)
             try:
-                request = op.request.model_validate(params)
+                # The validator itself: model_validate adds a Python-level wrapper (~0.5 µs) and nothing else here.
+                request: A2AModel = op.request.__pydantic_validator__.validate_python(params)
             except ValidationError as exc:
                 raise invalid_params(exc) from None
             tag_request(scope, op.name, request)

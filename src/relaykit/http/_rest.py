@@ -136,7 +136,7 @@ class RESTBinding:
                     params = decoded
             params.update(path_params)
             try:
-                request = route.op.request.model_validate(params)
+                request: A2AModel = route.op.request.__pydantic_validator__.validate_python(params)  # = model_validate
             except ValidationError as exc:
                 raise invalid_params(exc) from None
             tag_request(scope, route.op.name, request)

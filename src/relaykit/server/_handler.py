@@ -90,6 +90,8 @@ class RequestHandler:
 
     def negotiate_extensions(self, call: CallContext) -> None:
         """Raise for a required extension the client did not activate; record the activated ones."""
+        if not self.required_extensions and not call.requested_extensions:
+            return  # the common case: nothing required, nothing asked for
         missing = self.required_extensions - call.requested_extensions
         if missing:
             raise ExtensionSupportRequiredError(
@@ -121,7 +123,8 @@ class RequestHandler:
     async def send_message(self, request: SendMessageRequest, call: CallContext) -> SendMessageResponse | Encoded:
         """SendMessage."""
         config = request.configuration
-        await self._check_inline_push(request)
+        if config is not None and config.task_push_notification_config is not None:
+            await self._check_inline_push(request)
         result = await self.engine.send_raw(request, call)
         if isinstance(result, Message):
             return SendMessageResponse(message=result)
