@@ -130,3 +130,26 @@ async def test_inexact_values_are_still_validated() -> None:
     assert status.status.state is TaskState.WORKING
     assert chunk.append is True
     assert updater.message("hi", k=1).metadata == {"k": 1}
+
+
+def test_new_task_as_the_engine_builds_it() -> None:
+    from relaykit._model import utc_now
+    from relaykit._types import Task
+
+    now = utc_now()
+    message = Message.user("hi", task_id="t-1", context_id="c-1")
+    same(
+        TaskStatus._trusted(state=TaskState.SUBMITTED, timestamp=now),
+        TaskStatus(state=TaskState.SUBMITTED, timestamp=now),
+    )
+    same(
+        Task._trusted(
+            id="t-1",
+            context_id="c-1",
+            status=TaskStatus._trusted(state=TaskState.SUBMITTED, timestamp=now),
+            history=[message],
+        ),
+        Task(
+            id="t-1", context_id="c-1", status=TaskStatus(state=TaskState.SUBMITTED, timestamp=now), history=[message]
+        ),
+    )

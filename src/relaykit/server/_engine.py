@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import Any
@@ -250,7 +251,8 @@ class TaskEngine(Readers):
         active.requests.append(pending)
         if active.runner is None:
             self._running += 1
-            active.runner = asyncio.create_task(self._run(active), name=f"relaykit-task-{active.task_id}")
+            loop = asyncio.get_running_loop()
+            active.runner = loop.create_task(self._run(active), name=f"relaykit-task-{active.task_id}")
 
     def admit_claimed(
         self,
@@ -414,7 +416,7 @@ class TaskEngine(Readers):
             pending.resolve(pending.started, tap)
             # Let the streaming caller reach its tap before the first event, so that event goes out at once.
             await asyncio.sleep(0)
-        queue = EventQueue(lambda event: self._on_event(active, pending, event))
+        queue = EventQueue(functools.partial(self._on_event, active, pending))
         # Only this deadline's expiry is an executor timeout: a TimeoutError the agent raises itself (an upstream call
         # timing out) is an ordinary agent failure. (wait_for could not tell the two apart, and formatting the
         # timeout message with ``executor_timeout=None`` raised, leaving the caller waiting forever.)
@@ -425,8 +427,11 @@ class TaskEngine(Readers):
                 await self._emit(active, None, None, persist=False, body=body)
                 pending.resolve(pending.first, body)
             try:
-                async with deadline:
+                if deadline is _NO_DEADLINE:
                     await self.executor.execute(context, queue)
+                else:
+                    async with deadline:
+                        await self.executor.execute(context, queue)
             finally:
                 active.execute_returned = True
         except asyncio.CancelledError:
@@ -573,10 +578,11 @@ class TaskEngine(Readers):
                 task.status.state = TaskState.SUBMITTED
             task.status.timestamp = utc_now()
         else:
-            task = Task(
+            # Exact values (ids are str, the message validated): what Task(...) would validate them to.
+            task = Task._trusted(
                 id=active.task_id,
                 context_id=active.context_id,
-                status=TaskStatus(state=TaskState.SUBMITTED, timestamp=utc_now()),
+                status=TaskStatus._trusted(state=TaskState.SUBMITTED, timestamp=utc_now()),
                 history=[message],
             )
         provisional, active.provisional = active.provisional, None
