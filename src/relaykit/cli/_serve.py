@@ -253,9 +253,21 @@ def run_serve(args: argparse.Namespace) -> int:
         return 0 if server.started_ok else 1
 
     try:
-        return asyncio.run(main())
+        # On the event loop uvicorn.run would choose (``--loop auto``: uvloop when installed, as uvicorn[standard]
+        # installs it), not asyncio's default loop: the pure-Python loop costs a large share of a short request.
+        with asyncio.Runner(loop_factory=_loop_factory(config)) as runner:
+            return runner.run(main())
     except KeyboardInterrupt:
         return 0
+
+
+def _loop_factory(config: Any) -> Any:
+    """The loop factory of a uvicorn config (uvicorn >= 0.36), or None after installing its loop policy (older)."""
+    get_loop_factory = getattr(config, "get_loop_factory", None)
+    if get_loop_factory is not None:
+        return get_loop_factory()
+    config.setup_event_loop()  # pragma: no cover - uvicorn < 0.36 sets an event loop policy instead
+    return None
 
 
 def reload_factory() -> Any:
