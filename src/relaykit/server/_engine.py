@@ -251,7 +251,8 @@ class TaskEngine(Readers):
         active.requests.append(pending)
         if active.runner is None:
             self._running += 1
-            loop = asyncio.get_running_loop()
+            # The loop its futures were made on (get_running_loop costs a getpid system call each time).
+            loop = pending.done.get_loop()
             active.runner = loop.create_task(self._run(active), name=f"relaykit-task-{active.task_id}")
 
     def admit_claimed(
