@@ -263,7 +263,7 @@ def _parts(content: str | Part | list[Part]) -> list[Part]:
 
 
 def _joined_text(parts: list[Part]) -> str:
-    return "".join(p.text for p in parts if p.text is not None)
+    return "".join([p.text for p in parts if p.text is not None])
 
 
 class Message(A2AModel):
