@@ -74,4 +74,10 @@ def run_worker(args: argparse.Namespace) -> int:
         await server.stop()
         return 0
 
-    return asyncio.run(main())
+    # uvloop when installed (as uvicorn[standard] installs it), like ``relaykit serve``: a worker is all I/O.
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
+        return asyncio.run(main())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main())
