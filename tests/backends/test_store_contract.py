@@ -733,13 +733,7 @@ async def test_outbox_stored_copy_is_not_the_callers_object(outbox: PushOutbox) 
     assert (stored.attempts, stored.last_error) == (0, "")
 
 
-async def test_outbox_health_folds_several_outcomes_of_one_batch_in_order(
-    outbox: PushOutbox, request: pytest.FixtureRequest
-) -> None:
-    if request.node.callspec.params["outbox"] == "sqlite":
-        # SQLitePushOutbox.commit applies a batch's successes before its failures, not in order: [fail, ok, fail,
-        # fail] leaves 3 consecutive failures instead of 2. Strict: remove this marker once that is fixed.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="SQLite applies a batch's outcomes out of order"))
+async def test_outbox_health_folds_several_outcomes_of_one_batch_in_order(outbox: PushOutbox) -> None:
     stream = ("", "anonymous", "t1", "c1")
 
     def ok(at: float, url: str = "") -> DeliveryOutcome:

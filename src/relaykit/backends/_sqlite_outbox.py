@@ -110,8 +110,11 @@ class SQLitePushOutbox(AttachedStore[Database]):
         dead = [
             (e.attempts, e.last_error, e.dead_at if e.dead_at is not None else now, e.event_id) for e in changes.dead
         ]
-        ok = [(*o.stream, o.url, o.at) for o in changes.outcomes if o.ok]
-        failed = [(*o.stream, o.url, o.at, o.error) for o in changes.outcomes if not o.ok]
+        # In their order: a success resets the consecutive-failure count, so fail, ok, fail, fail ends at 2, not 3.
+        outcomes = [
+            (self._sql_ok, (*o.stream, o.url, o.at)) if o.ok else (self._sql_fail, (*o.stream, o.url, o.at, o.error))
+            for o in changes.outcomes
+        ]
 
         def job(conn: sqlite3.Connection) -> None:
             with transaction(conn):
@@ -125,10 +128,8 @@ class SQLitePushOutbox(AttachedStore[Database]):
                     conn.executemany(self._sql_retried, retried)
                 if dead:
                     conn.executemany(self._sql_dead, dead)
-                if ok:
-                    conn.executemany(self._sql_ok, ok)
-                if failed:
-                    conn.executemany(self._sql_fail, failed)
+                for sql, params in outcomes:
+                    conn.execute(sql, params)
 
         await self._db.run(job)
 
