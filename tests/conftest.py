@@ -119,9 +119,8 @@ def drop_pg_namespace(url: str, namespace: str) -> None:
     run_isolated(lambda: drop_namespace(url, namespace))
 
 
-@pytest.fixture
-def pg_namespaces(postgres_url: str) -> Iterator[Callable[[], str]]:
-    """A factory of fresh namespaces on the test server; all of them are dropped at teardown."""
+def namespace_factory(drop: Callable[[str], object]) -> Iterator[Callable[[], str]]:
+    """For a fixture: yields a maker of fresh namespaces, then ``drop``s each one made."""
     made: list[str] = []
 
     def make() -> str:
@@ -131,7 +130,13 @@ def pg_namespaces(postgres_url: str) -> Iterator[Callable[[], str]]:
 
     yield make
     for namespace in made:
-        drop_pg_namespace(postgres_url, namespace)
+        drop(namespace)
+
+
+@pytest.fixture
+def pg_namespaces(postgres_url: str) -> Iterator[Callable[[], str]]:
+    """A factory of fresh namespaces on the test server; all of them are dropped at teardown."""
+    yield from namespace_factory(lambda namespace: drop_pg_namespace(postgres_url, namespace))
 
 
 @pytest.fixture
@@ -206,16 +211,7 @@ def drop_redis_namespace(url: str, namespace: str) -> int:
 @pytest.fixture
 def redis_namespaces(redis_url: str) -> Iterator[Callable[[], str]]:
     """A factory of fresh namespaces on the test Redis; their keys are deleted at teardown."""
-    made: list[str] = []
-
-    def make() -> str:
-        namespace = new_namespace()
-        made.append(namespace)
-        return namespace
-
-    yield make
-    for namespace in made:
-        drop_redis_namespace(redis_url, namespace)
+    yield from namespace_factory(lambda namespace: drop_redis_namespace(redis_url, namespace))
 
 
 @pytest.fixture
