@@ -294,6 +294,23 @@ class Database:
         return ServiceUnavailableError(f"the PostgreSQL store {self.where} is unavailable: {describe(exc)}")
 
 
+def shared_database(
+    tasks_or_dsn: Any, namespace: str, *, pool: Any, min_size: int, max_size: int, connect_timeout: float
+) -> Database:
+    """The task store's Database (one pool for the stores of one namespace), or a new one for a URL."""
+    if not isinstance(tasks_or_dsn, str):
+        return tasks_or_dsn._db  # type: ignore[no-any-return]
+    return Database(
+        tasks_or_dsn,
+        namespace,
+        pool=pool,
+        min_size=min_size,
+        max_size=max_size,
+        exclusive=False,
+        connect_timeout=connect_timeout,
+    )
+
+
 def connection_lost(exc: BaseException, conn: Any) -> bool:
     if isinstance(exc, UNAVAILABLE):
         return True

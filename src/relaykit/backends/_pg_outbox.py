@@ -40,7 +40,7 @@ from relaykit._errors import ServiceUnavailableError
 from relaykit.backends._base import DeliveryHealth, DeliveryOutcome, OutboxChanges, OutboxEntry, StreamKey
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends._memory import from_epoch
-from relaykit.backends._pg_db import CONNECT_TIMEOUT, Database, has_nul
+from relaykit.backends._pg_db import CONNECT_TIMEOUT, Database, has_nul, shared_database
 
 if TYPE_CHECKING:
     from relaykit.backends._postgres import PostgresTaskStore
@@ -130,18 +130,9 @@ class PostgresPushOutbox(AttachedStore[Database]):
             raise ValueError(
                 f"renew_every must be a number of seconds >= 0 and below lease_ttl ({lease_ttl!r}), not {renew_every!r}"
             )
-        if not isinstance(tasks_or_dsn, str):
-            self._db = tasks_or_dsn._db
-        else:
-            self._db = Database(
-                tasks_or_dsn,
-                namespace,
-                pool=pool,
-                min_size=min_size,
-                max_size=max_size,
-                exclusive=False,
-                connect_timeout=connect_timeout,
-            )
+        self._db = shared_database(
+            tasks_or_dsn, namespace, pool=pool, min_size=min_size, max_size=max_size, connect_timeout=connect_timeout
+        )
         self._started = False
         self.lease_ttl = float(lease_ttl)
         self.renew_every = float(renew_every)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from relaykit._types import TaskPushNotificationConfig
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._pg_db import CONNECT_TIMEOUT, Database, has_nul, rowcount
+from relaykit.backends._pg_db import CONNECT_TIMEOUT, Database, has_nul, rowcount, shared_database
 
 if TYPE_CHECKING:
     from relaykit.backends._postgres import PostgresTaskStore
@@ -32,18 +32,9 @@ class PostgresPushConfigStore(AttachedStore[Database]):
         max_size: int = 10,
         connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
-        if not isinstance(tasks_or_dsn, str):
-            self._db = tasks_or_dsn._db
-        else:
-            self._db = Database(
-                tasks_or_dsn,
-                namespace,
-                pool=pool,
-                min_size=min_size,
-                max_size=max_size,
-                exclusive=False,
-                connect_timeout=connect_timeout,
-            )
+        self._db = shared_database(
+            tasks_or_dsn, namespace, pool=pool, min_size=min_size, max_size=max_size, connect_timeout=connect_timeout
+        )
         self._started = False
         p = f"{self._db.namespace}_push_configs"
         # seq (an identity column) numbers configs in insertion order; the upsert leaves it alone, so a replaced

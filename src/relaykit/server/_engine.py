@@ -87,6 +87,23 @@ def _agent_message(text: str, task_id: str, context_id: str) -> Message:
     )
 
 
+def accept_continuation(message: Message, task_id: str, context_id: str, task: Task | None) -> None:
+    """The rules for a message to an existing task (the one in-process runner and the scale-out accepting side
+    share them): none to a terminal task, the context must match; the message joins the task's context."""
+    if task is not None and task.status.state in TERMINAL:
+        raise UnsupportedOperationError(
+            f"task {task.id} is {task.status.state.name}; terminal tasks take no more messages "
+            "(start a new task in the same context)",
+            task_id=task.id,
+        )
+    if message.context_id and message.context_id != context_id:
+        raise InvalidParamsError(
+            f"contextId {message.context_id!r} does not match task {task_id}'s context",
+            field_violations=[("message.contextId", "does not match the task's contextId")],
+        )
+    message.context_id = context_id
+
+
 class TaskEngine(Readers):
     """Runs an ``AgentExecutor`` over a task store and an event bus.
 
@@ -216,19 +233,7 @@ class TaskEngine(Readers):
                 active = self.registry.get(message.task_id)
                 if active is None:
                     active = ActiveTask(record.task.id, record.task.context_id, tenant, owner, record)
-            task = active.task
-            if task is not None and task.status.state in TERMINAL:
-                raise UnsupportedOperationError(
-                    f"task {task.id} is {task.status.state.name}; terminal tasks take no more messages "
-                    "(start a new task in the same context)",
-                    task_id=task.id,
-                )
-            if message.context_id and message.context_id != active.context_id:
-                raise InvalidParamsError(
-                    f"contextId {message.context_id!r} does not match task {active.task_id}'s context",
-                    field_violations=[("message.contextId", "does not match the task's contextId")],
-                )
-            message.context_id = active.context_id
+            accept_continuation(message, active.task_id, active.context_id, active.task)
         else:
             context_id = message.context_id or new_id()
             message.context_id = context_id

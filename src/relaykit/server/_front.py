@@ -22,7 +22,6 @@ from relaykit._errors import (
     ServiceUnavailableError,
     TaskNotCancelableError,
     TaskNotFoundError,
-    UnsupportedOperationError,
 )
 from relaykit._model import utc_now
 from relaykit._state import INTERRUPTED, TERMINAL
@@ -39,9 +38,11 @@ from relaykit._types import (
 from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends._redis_queue import RedisWorkQueue, WorkItem
 from relaykit.server._context import CallContext
+from relaykit.server._engine import accept_continuation
 from relaykit.server._readers import EventStream, StreamItem
 
 log = logging.getLogger("relaykit.cluster")
+
 
 if TYPE_CHECKING:
     from relaykit.backends._redis import RedisEventBus
@@ -103,18 +104,7 @@ class Front:
             if record is None:
                 raise TaskNotFoundError(task_id=message.task_id)
             task = record.task
-            if task.status.state in TERMINAL:
-                raise UnsupportedOperationError(
-                    f"task {task.id} is {task.status.state.name}; terminal tasks take no more messages "
-                    "(start a new task in the same context)",
-                    task_id=task.id,
-                )
-            if message.context_id and message.context_id != task.context_id:
-                raise InvalidParamsError(
-                    f"contextId {message.context_id!r} does not match task {task.id}'s context",
-                    field_violations=[("message.contextId", "does not match the task's contextId")],
-                )
-            message.context_id = task.context_id
+            accept_continuation(message, task.id, task.context_id, task)
             return False
         message.context_id = message.context_id or new_id()
         message.task_id = task_id
