@@ -1,4 +1,5 @@
-"""The agent the A2A conformance kit (a2a-tck, branch 1.0-dev) expects; see shared CONFORMANCE.md.
+"""The agent the A2A conformance kit expects (github.com/a2aproject/a2a-tck, branch 1.0-dev: its agent-side
+requirements, keyed by messageId prefix).
 
 Behaviour is chosen by the incoming message's ``messageId`` prefix (the kit appends a per-run suffix), longest
 prefix first. A follow-up on an existing task carries its own messageId and is dispatched the same way.
@@ -66,7 +67,7 @@ async def _stream_file(u: TaskUpdater, c: RequestContext) -> None:
 
 async def _stream_chunked(u: TaskUpdater, c: RequestContext) -> None:
     await u.working()
-    # CONFORMANCE.md lists both chunks as "append"; appending to an artifact that does not exist yet is an agent
+    # The kit lists both chunks as "append"; appending to an artifact that does not exist yet is an agent
     # error in relaykit (and in the official SDK), so the first chunk creates it and the second appends.
     artifact_id = await u.artifact("chunk-1 ")
     await u.artifact("chunk-2", artifact_id=artifact_id, append=True, last_chunk=True)

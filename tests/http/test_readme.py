@@ -76,3 +76,24 @@ def test_list(echo_url: str) -> None:
     assert 1 <= len(page["tasks"]) <= 2
     assert "nextPageToken" in page
     assert "totalSize" in page
+
+
+def _quickstart_commands() -> list[str]:
+    section = README.read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].strip() for line in block.strip().splitlines() if line.split("#", 1)[0].strip()]
+
+
+def test_quickstart_is_two_commands_that_exist(echo_url: str) -> None:
+    # Exactly two set-up commands: install and run the demo agent, and run the whole suite, which is what CI runs.
+    install_and_serve, run_tests = _quickstart_commands()
+    assert install_and_serve == "pip install -e . && relaykit serve examples/echo.py"
+    assert run_tests == "./scripts/test"
+    root = README.parent
+    assert (root / "examples/echo.py").is_file()
+    script = root / "scripts/test"
+    assert script.is_file() and script.stat().st_mode & 0o111, "./scripts/test must be executable"
+    assert "./scripts/test" in (root / ".ci/run").read_text().split(), ".ci/run must run the README's test command"
+    # The served demo is the one the quickstart names (echo_url runs `relaykit serve examples/echo.py`).
+    card = json.loads(_run(_curl_lines()[0], echo_url))
+    assert card["name"] == "echo"

@@ -123,7 +123,9 @@ def test_a_users_test_file(tmp_path: Path) -> None:
     (tmp_path / "test_marked_agent.py").write_text(textwrap.dedent(MARKED_TESTS))
     (tmp_path / "test_missing_agent.py").write_text(textwrap.dedent(MISSING_AGENT))
     result = run_pytest(tmp_path, "-W", "error")
+    assert "INTERNALERROR" not in result.stdout + result.stderr, result.stdout + result.stderr
     summary = result.stdout.splitlines()[-1]
+    assert "warning" not in summary, result.stdout  # e.g. pytest-asyncio's unset loop-scope notice
     assert "3 passed" in summary, result.stdout + result.stderr
     assert "1 error" in summary, result.stdout + result.stderr
     assert "no agent to serve" in result.stdout

@@ -37,6 +37,7 @@ Example (``test_my_agent.py``)::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -65,12 +66,35 @@ _HOW = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the ``a2a_agent`` marker (so ``--strict-markers`` runs accept it)."""
+    """Register the ``a2a_agent`` marker (so ``--strict-markers`` runs accept it), and keep pytest-asyncio quiet.
+
+    pytest-asyncio (0.24 and later) warns at start-up when ``asyncio_default_fixture_loop_scope`` is unset, and under
+    ``-W error`` that warning is an INTERNALERROR before any test runs. A user who installed relaykit and wrote the
+    example above has set nothing. The plugin's own async fixture is function-scoped, so for it the two meanings the
+    warning is about (the fixture's own scope today, "function" in later pytest-asyncio releases) are the same. So
+    when the option is unset (and only then), the plugin ignores that one warning; a project that sets the option is
+    untouched.
+    """
     config.addinivalue_line(
         "markers",
         "a2a_agent(target): the AgentExecutor (instance or class) or ASGI app that a2a_client/a2a_server serve",
     )
+    if _HAS_ASYNCIO and not _loop_scope_set(config):
+        # tryfirst: this runs before pytest-asyncio's own pytest_configure, inside the same catch_warnings block
+        # pytest opens for the configure hooks, and a filter inserted now takes precedence over ``-W error``.
+        warnings.filterwarnings(
+            "ignore",
+            message=r'The configuration option "asyncio_default_fixture_loop_scope" is unset',
+        )
+
+
+def _loop_scope_set(config: pytest.Config) -> bool:
+    try:
+        return bool(config.getini("asyncio_default_fixture_loop_scope"))
+    except ValueError:  # an old pytest-asyncio that has no such option: nothing to warn about
+        return True
 
 
 @pytest.fixture
