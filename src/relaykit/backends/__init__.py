@@ -11,21 +11,18 @@ from relaykit.backends._base import (
     ListPage,
     Orphan,
     PushConfigStore,
+    StoreLockedError,
     TaskClaims,
     TaskQuery,
     TaskRecord,
     TaskStore,
+    failed_status,
 )
-from relaykit.backends._memory import MemoryPushConfigStore, MemoryTaskStore, failed_status
+from relaykit.backends._memory import MemoryPushConfigStore, MemoryTaskStore
 from relaykit.backends._url import open_push_store, open_store
 
 
 def __getattr__(name: str) -> object:
-    # StoreLockedError lives in the SQLite module, which is imported only when a SQLite store is used.
-    if name == "StoreLockedError":
-        from relaykit.backends._sqlite import StoreLockedError
-
-        return StoreLockedError
     # The PostgreSQL store needs asyncpg (the "postgres" extra): imported only when named.
     if name in ("PostgresPushConfigStore", "PostgresTaskStore", "StoreInUseError"):
         from relaykit.backends import _postgres

@@ -18,8 +18,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from relaykit._errors import ServiceUnavailableError
+from relaykit.backends._base import StoreLockedError
 from relaykit.backends._pg_schema import check_namespace, lock_key, migrate
-from relaykit.backends._sqlite import StoreLockedError
 
 __all__ = [
     "CONNECT_TIMEOUT",

@@ -37,9 +37,8 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from relaykit._errors import ServiceUnavailableError
-from relaykit.backends._base import DeliveryHealth, DeliveryOutcome, OutboxChanges, OutboxEntry, StreamKey
+from relaykit.backends._base import DeliveryHealth, DeliveryOutcome, OutboxChanges, OutboxEntry, StreamKey, from_epoch
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._memory import from_epoch
 from relaykit.backends._pg_db import CONNECT_TIMEOUT, Database, has_nul, shared_database
 
 if TYPE_CHECKING:

@@ -61,9 +61,8 @@ from datetime import datetime
 from typing import Any
 
 from relaykit._types import Task, TaskState
-from relaykit.backends._base import Claim, ConflictError, ListPage, Orphan, TaskQuery, TaskRecord
+from relaykit.backends._base import Claim, ConflictError, ListPage, Orphan, TaskQuery, TaskRecord, failed_status
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._memory import failed_status
 from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
 from relaykit.backends._pg_db import (
     CONNECT_TIMEOUT,

@@ -35,7 +35,7 @@ its thread and the migration on open; ``_sqlite_schema`` the schema version and 
 ``SQLiteTaskStore``; ``_sqlite_push`` ``SQLitePushConfigStore``; ``_sqlite_outbox`` ``SQLitePushOutbox``.
 """
 
-from relaykit.backends._sqlite_db import StoreLockedError
+from relaykit.backends._base import StoreLockedError
 from relaykit.backends._sqlite_outbox import SQLitePushOutbox
 from relaykit.backends._sqlite_push import SQLitePushConfigStore
 from relaykit.backends._sqlite_schema import MIGRATIONS, SCHEMA_VERSION

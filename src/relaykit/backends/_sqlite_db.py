@@ -18,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
+from relaykit.backends._base import StoreLockedError
 from relaykit.backends._sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
-__all__ = ["BUSY_TIMEOUT_MS", "Database", "StoreLockedError", "transaction"]
+__all__ = ["BUSY_TIMEOUT_MS", "Database", "transaction"]
 
 _T = TypeVar("_T")
 
@@ -28,10 +29,6 @@ BUSY_TIMEOUT_MS = 5000
 
 _NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}\Z")
 _MEMORY = ":memory:"
-
-
-class StoreLockedError(RuntimeError):
-    """The SQLite file is already served by another relaykit process (or another store object in this one)."""
 
 
 @contextmanager

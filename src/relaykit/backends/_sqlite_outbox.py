@@ -9,9 +9,8 @@ import os
 import sqlite3
 import time
 
-from relaykit.backends._base import DeliveryHealth, OutboxChanges, OutboxEntry, StreamKey
+from relaykit.backends._base import DeliveryHealth, OutboxChanges, OutboxEntry, StreamKey, from_epoch
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._memory import from_epoch
 from relaykit.backends._sqlite_db import Database, transaction
 from relaykit.backends._sqlite_tasks import SQLiteTaskStore
 

@@ -10,9 +10,8 @@ import sqlite3
 from datetime import datetime
 
 from relaykit._types import Task, TaskState
-from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord
+from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord, failed_status
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._memory import failed_status
 from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
 from relaykit.backends._sqlite_db import Database, transaction
 
