@@ -417,7 +417,7 @@ def create_app(
         push_store = sender.configs
     event_bus: EventBus
     if redis_url is not None:
-        from relaykit.backends._redis import RedisEventBus
+        from relaykit.backends.redis import RedisEventBus
 
         event_bus = RedisEventBus(redis_url, namespace=namespace)
     else:
@@ -433,7 +433,7 @@ def create_app(
         max_subscribers=max_subscribers,
     )
     if redis_url is not None:
-        from relaykit.backends._redis_queue import RedisWorkQueue
+        from relaykit.backends.redis import RedisWorkQueue
         from relaykit.server._cluster import Cluster
 
         cluster = Cluster(

@@ -48,7 +48,7 @@ from relaykit._types import (
 )
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import EventBus, LocalEventBus
-from relaykit.backends._memory import MemoryTaskStore
+from relaykit.backends.memory import MemoryTaskStore
 from relaykit.server._active import ActiveTask, PendingRequest
 from relaykit.server._context import CallContext, RequestContext
 from relaykit.server._executor import AgentExecutor
