@@ -38,7 +38,8 @@ from relaykit._types import (
     stream_json,
 )
 from relaykit.backends import ConflictError
-from relaykit.backends._bus import END, LocalEventBus, Tap, TapOverflowError
+from relaykit.backends._bus import END, Tap, TapOverflowError
+from relaykit.backends.memory import LocalEventBus
 
 WAIT = 5.0  # seconds: the bound on every wait for an event
 CLOSE_WAIT = 1.0  # seconds: a bus closes in milliseconds

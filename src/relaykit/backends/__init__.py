@@ -1,7 +1,7 @@
 """Storage backends behind small interfaces: memory (reference), SQLite (embedded default), PostgreSQL.
 
-Layout: what every engine shares sits here (``_base`` the interfaces and shared types, ``_bus`` the event
-bus and its taps, ``_handle``, ``_paging``, ``_url``); each engine is a subpackage (``memory``, ``sqlite``,
+Layout: what every engine shares sits here (``_base`` the interfaces and shared types, ``_bus`` the event-bus
+interface and its taps, ``_handle``, ``_paging``, ``_url``); each engine is a subpackage (``memory``, ``sqlite``,
 ``postgres``, ``redis``) that imports only those and its own modules. ``postgres`` (asyncpg) and ``redis`` are
 imported only when used.
 

@@ -34,8 +34,9 @@ from relaykit._card import (
     AgentSkill,
 )
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
-from relaykit.backends._bus import EventBus, LocalEventBus
+from relaykit.backends._bus import EventBus
 from relaykit.backends._url import open_push_store, open_store
+from relaykit.backends.memory import LocalEventBus
 from relaykit.http._asgi import Receive, Scope, Send, header, send_bytes
 from relaykit.http._jsonrpc import JSONRPCBinding
 from relaykit.http._rest import RESTBinding
