@@ -68,8 +68,8 @@ async def _proxy(port: int, backends: list[int], stop: asyncio.Event) -> None:
 
 
 async def _drop(store: str, bus: str, namespace: str) -> None:
-    from relaykit.backends._postgres import drop_namespace
-    from relaykit.backends._redis import connect_redis
+    from relaykit.backends.postgres import drop_namespace
+    from relaykit.backends.redis import connect_redis
 
     with contextlib.suppress(Exception):
         await drop_namespace(store, namespace)

@@ -28,7 +28,7 @@ import asyncpg
 from relaykit._types import Message, Part, Role, Task, TaskState, TaskStatus
 from relaykit.backends import TaskQuery
 from relaykit.backends._paging import decode_token, timestamp_us
-from relaykit.backends._postgres import PostgresTaskStore, drop_namespace
+from relaykit.backends.postgres import PostgresTaskStore, drop_namespace
 
 HEAVY = "heavy"
 HEAVY_SHARE = 10  # percent of all tasks

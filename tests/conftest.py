@@ -114,7 +114,7 @@ def new_namespace() -> str:
 
 def drop_pg_namespace(url: str, namespace: str) -> None:
     """Drop every table of ``namespace`` on ``url``."""
-    from relaykit.backends._postgres import drop_namespace
+    from relaykit.backends.postgres import drop_namespace
 
     run_isolated(lambda: drop_namespace(url, namespace))
 

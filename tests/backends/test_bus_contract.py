@@ -38,7 +38,8 @@ from relaykit._types import (
     stream_json,
 )
 from relaykit.backends import ConflictError
-from relaykit.backends._bus import END, LocalEventBus, Tap, TapOverflowError
+from relaykit.backends._bus import END, Tap, TapOverflowError
+from relaykit.backends.memory import LocalEventBus
 
 WAIT = 5.0  # seconds: the bound on every wait for an event
 CLOSE_WAIT = 1.0  # seconds: a bus closes in milliseconds
@@ -122,7 +123,7 @@ async def make_bus(request: pytest.FixtureRequest) -> AsyncIterator[MakeBus]:
         if kind == "local":
             bus = LocalEventBus(replay=retain, tap_limit=tap_limit)
         else:
-            from relaykit.backends._redis import RedisEventBus
+            from relaykit.backends.redis import RedisEventBus
 
             bus = RedisEventBus(url, namespace=namespace, maxlen=retain, tap_limit=tap_limit, outage_timeout=WAIT)
         made.append(bus)
@@ -153,7 +154,7 @@ async def bus(make_bus: MakeBus) -> Bus:
 @pytest.fixture
 async def redis_bus_factory(redis_url: str, redis_namespace: str) -> AsyncIterator[MakeBus]:
     """Redis buses on one fresh namespace ("processes" of one deployment), closed at teardown."""
-    from relaykit.backends._redis import RedisEventBus
+    from relaykit.backends.redis import RedisEventBus
 
     made: list[Any] = []
 
@@ -490,7 +491,7 @@ async def test_redis_bus_close_never_hangs(redis_url: str, redis_namespace: str)
     # The reader is in its blocking XREAD (a stream was followed a moment ago) when the bus closes, as at shutdown.
     # Before the fix (commits 5b944c9, 48d5180) close() hung in about 40 % of these attempts: redis-py finished the
     # XREAD normally although the reader task was being cancelled, and the reader then waited forever.
-    from relaykit.backends._redis import RedisEventBus
+    from relaykit.backends.redis import RedisEventBus
 
     for attempt in range(20):
         bus = RedisEventBus(redis_url, namespace=redis_namespace, outage_timeout=WAIT)

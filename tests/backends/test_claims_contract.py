@@ -46,7 +46,7 @@ def _memory(request: pytest.FixtureRequest) -> ClaimingStore:
 def _postgres(request: pytest.FixtureRequest) -> ClaimingStore:
     # Skips (fails under CI=true) when the server is down; a fresh namespace per test, dropped after. Not exclusive:
     # claims are for replicas sharing a namespace (the Redis-bus deployment).
-    from relaykit.backends._postgres import PostgresTaskStore
+    from relaykit.backends.postgres import PostgresTaskStore
 
     url, namespace = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_namespace")
     return PostgresTaskStore(url, namespace=namespace, exclusive=False)
@@ -373,7 +373,7 @@ async def test_claims_racing_on_a_busy_row_have_one_winner(postgres_url: str, pg
     # when it commits they are decided one after the other, each seeing the claim before it.
     import asyncpg
 
-    from relaykit.backends._postgres import PostgresTaskStore
+    from relaykit.backends.postgres import PostgresTaskStore
 
     workers = [f"w{i}" for i in range(6)]
     store = PostgresTaskStore(postgres_url, namespace=pg_namespace, exclusive=False, max_size=len(workers))
@@ -416,7 +416,7 @@ async def _create_version_1(url: str, namespace: str) -> Task:
     """A namespace as relaykit with schema version 1 left it, holding one WORKING task."""
     import asyncpg
 
-    from relaykit.backends._pg_schema import MIGRATIONS
+    from relaykit.backends.postgres._schema import MIGRATIONS
 
     conn = await asyncpg.connect(url, timeout=WAIT)
     try:
@@ -463,7 +463,7 @@ async def _schema_of(url: str, namespace: str) -> tuple[int, set[str], set[str]]
 
 @pytest.mark.postgres
 async def test_a_version_1_namespace_is_migrated_on_start(postgres_url: str, pg_namespace: str) -> None:
-    from relaykit.backends._postgres import SCHEMA_VERSION, PostgresTaskStore
+    from relaykit.backends.postgres import SCHEMA_VERSION, PostgresTaskStore
 
     task = await _create_version_1(postgres_url, pg_namespace)
     store = PostgresTaskStore(postgres_url, namespace=pg_namespace, exclusive=False)
@@ -490,7 +490,7 @@ async def test_a_version_1_namespace_is_migrated_on_start(postgres_url: str, pg_
 
 @pytest.mark.postgres
 async def test_relaykit_db_upgrade_migrates_a_version_1_namespace(postgres_url: str, pg_namespace: str) -> None:
-    from relaykit.backends._postgres import SCHEMA_VERSION, upgrade
+    from relaykit.backends.postgres import SCHEMA_VERSION, upgrade
 
     await _create_version_1(postgres_url, pg_namespace)
     assert await upgrade(postgres_url, namespace=pg_namespace) == (1, SCHEMA_VERSION)

@@ -28,15 +28,15 @@ import httpx
 
 from relaykit._types import Task, TaskPushNotificationConfig, TaskState, TaskStatus
 from relaykit.backends._base import DeliveryOutcome, OutboxChanges, OutboxEntry, StreamKey, TaskRecord
-from relaykit.backends._pg_outbox import LEASE_TTL, PostgresPushOutbox
-from relaykit.backends._pg_schema import MIGRATIONS
-from relaykit.backends._postgres import (
+from relaykit.backends.postgres import (
     SCHEMA_VERSION,
     PostgresPushConfigStore,
     PostgresTaskStore,
     drop_namespace,
     upgrade,
 )
+from relaykit.backends.postgres._outbox import LEASE_TTL, PostgresPushOutbox
+from relaykit.backends.postgres._schema import MIGRATIONS
 from relaykit.errors import ServiceUnavailableError
 from relaykit.push import DeliveryPolicy, PushSender, open_outbox
 

@@ -30,7 +30,7 @@ import asyncpg
 import relaykit
 from relaykit._types import Task, TaskPushNotificationConfig, TaskState, TaskStatus
 from relaykit.backends import ConflictError, StoreLockedError, TaskQuery, TaskRecord, open_push_store, open_store
-from relaykit.backends._postgres import (
+from relaykit.backends.postgres import (
     SCHEMA_VERSION,
     PostgresPushConfigStore,
     PostgresTaskStore,

@@ -16,7 +16,7 @@ import pytest
 import relaykit
 from relaykit._types import Task, TaskPushNotificationConfig, TaskState, TaskStatus
 from relaykit.backends import ConflictError, TaskQuery, TaskRecord
-from relaykit.backends._sqlite import SCHEMA_VERSION, SQLitePushConfigStore, SQLiteTaskStore, StoreLockedError
+from relaykit.backends.sqlite import SCHEMA_VERSION, SQLitePushConfigStore, SQLiteTaskStore, StoreLockedError
 
 BASE = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 TIMEOUT = 30.0
@@ -90,7 +90,7 @@ CHILD = """
 import asyncio, sys
 from relaykit._types import Task, TaskState, TaskStatus
 from relaykit.backends import TaskRecord
-from relaykit.backends._sqlite import SQLiteTaskStore
+from relaykit.backends.sqlite import SQLiteTaskStore
 
 async def main():
     store = SQLiteTaskStore(sys.argv[1])

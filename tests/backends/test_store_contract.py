@@ -34,9 +34,9 @@ from relaykit.backends import (
     TaskStore,
 )
 from relaykit.backends._base import DeliveryOutcome, OutboxChanges, OutboxEntry, PushOutbox
-from relaykit.backends._memory import MemoryPushOutbox
 from relaykit.backends._paging import encode_token, timestamp_us
-from relaykit.backends._sqlite import SQLitePushConfigStore, SQLitePushOutbox, SQLiteTaskStore
+from relaykit.backends.memory import MemoryPushOutbox
+from relaykit.backends.sqlite import SQLitePushConfigStore, SQLitePushOutbox, SQLiteTaskStore
 
 
 @dataclass
@@ -59,7 +59,7 @@ _FACTORIES: dict[str, Callable[[Path], Stores]] = {"memory": _memory, "sqlite": 
 
 def _postgres(request: pytest.FixtureRequest) -> Stores:
     # tests/conftest.py: skips (fails under CI=true) when the server is down; a fresh namespace per test, dropped after.
-    from relaykit.backends._postgres import PostgresPushConfigStore, PostgresTaskStore
+    from relaykit.backends.postgres import PostgresPushConfigStore, PostgresTaskStore
 
     url, namespace = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_namespace")
     tasks = PostgresTaskStore(url, namespace=namespace)
@@ -583,8 +583,7 @@ _OUTBOXES: dict[str, Callable[[Path], tuple[TaskStore, PushOutbox]]] = {
 
 def _postgres_outbox(request: pytest.FixtureRequest) -> tuple[TaskStore, PushOutbox]:
     # tests/conftest.py: skips (fails under CI=true) when the server is down; a fresh namespace per test, dropped after.
-    from relaykit.backends._pg_outbox import PostgresPushOutbox
-    from relaykit.backends._postgres import PostgresTaskStore
+    from relaykit.backends.postgres import PostgresPushOutbox, PostgresTaskStore
 
     url, namespace = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_namespace")
     tasks = PostgresTaskStore(url, namespace=namespace)

@@ -227,7 +227,7 @@ async def test_heartbeat_is_not_queued_behind_busy_store_connections(postgres_ur
     # of every task the process runs) must still land well within the lease, here 2 s.
     import asyncpg
 
-    from relaykit.backends._postgres import PostgresTaskStore
+    from relaykit.backends.postgres import PostgresTaskStore
 
     lease, busy_for, pool_size = 2.0, 2.5, 10  # PostgresTaskStore's default pool: 10 connections
     marker = f"busy-{pg_namespace}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from relaykit._types import Task, TaskState, TaskStatus
 from relaykit.backends._base import OutboxChanges, OutboxEntry, TaskRecord
-from relaykit.backends._sqlite import _MIGRATIONS, SCHEMA_VERSION, SQLitePushOutbox, SQLiteTaskStore
+from relaykit.backends.sqlite import _MIGRATIONS, SCHEMA_VERSION, SQLitePushOutbox, SQLiteTaskStore
 
 
 def test_the_outbox_is_migration_2() -> None:

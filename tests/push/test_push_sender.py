@@ -16,8 +16,8 @@ from push_helpers import A2A, Recorder, serving, wait_until
 
 from relaykit import StreamResponse, TaskState, agent
 from relaykit.backends._base import OutboxChanges
-from relaykit.backends._memory import MemoryPushConfigStore
-from relaykit.backends._sqlite import SQLitePushOutbox, SQLiteTaskStore
+from relaykit.backends.memory import MemoryPushConfigStore
+from relaykit.backends.sqlite import SQLitePushOutbox, SQLiteTaskStore
 from relaykit.http import create_app
 from relaykit.push import (
     DeliveryPolicy,

@@ -36,7 +36,7 @@ from relaykit._types import (
     TaskStatusUpdateEvent,
 )
 from relaykit.backends import MemoryTaskStore, TaskQuery, TaskRecord
-from relaykit.backends._bus import LocalEventBus
+from relaykit.backends.memory import LocalEventBus
 from relaykit.server import (
     AgentExecutor,
     CallContext,

@@ -1,5 +1,10 @@
 """Storage backends behind small interfaces: memory (reference), SQLite (embedded default), PostgreSQL.
 
+Layout: what every engine shares sits here (``_base`` the interfaces and shared types, ``_bus`` the event-bus
+interface and its taps, ``_handle``, ``_paging``, ``_url``); each engine is a subpackage (``memory``, ``sqlite``,
+``postgres``, ``redis``) that imports only those and its own modules. ``postgres`` (asyncpg) and ``redis`` are
+imported only when used.
+
 >>> from relaykit.backends import MemoryTaskStore, open_store
 >>> isinstance(open_store("memory"), MemoryTaskStore)
 True
@@ -11,26 +16,23 @@ from relaykit.backends._base import (
     ListPage,
     Orphan,
     PushConfigStore,
+    StoreLockedError,
     TaskClaims,
     TaskQuery,
     TaskRecord,
     TaskStore,
+    failed_status,
 )
-from relaykit.backends._memory import MemoryPushConfigStore, MemoryTaskStore, failed_status
 from relaykit.backends._url import open_push_store, open_store
+from relaykit.backends.memory import MemoryPushConfigStore, MemoryTaskStore
 
 
 def __getattr__(name: str) -> object:
-    # StoreLockedError lives in the SQLite module, which is imported only when a SQLite store is used.
-    if name == "StoreLockedError":
-        from relaykit.backends._sqlite import StoreLockedError
-
-        return StoreLockedError
     # The PostgreSQL store needs asyncpg (the "postgres" extra): imported only when named.
     if name in ("PostgresPushConfigStore", "PostgresTaskStore", "StoreInUseError"):
-        from relaykit.backends import _postgres
+        from relaykit.backends import postgres
 
-        return getattr(_postgres, name)
+        return getattr(postgres, name)
     raise AttributeError(name)
 
 

@@ -14,10 +14,11 @@ Every implementation (memory, SQLite, PostgreSQL; local bus, Redis) passes the s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from relaykit._types import Task, TaskPushNotificationConfig, TaskState
+from relaykit._model import utc_now
+from relaykit._types import Message, Part, Role, Task, TaskPushNotificationConfig, TaskState, TaskStatus, new_id
 
 __all__ = [
     "Claim",
@@ -30,16 +31,24 @@ __all__ = [
     "OutboxEntry",
     "PushConfigStore",
     "PushOutbox",
+    "StoreLockedError",
     "StreamKey",
     "TaskClaims",
     "TaskQuery",
     "TaskRecord",
     "TaskStore",
+    "failed_status",
+    "from_epoch",
 ]
 
 
 class ConflictError(Exception):
     """A task write carried a stale version: someone else wrote the task in between."""
+
+
+# Shared, not SQLite's own: the PostgreSQL store's StoreInUseError is one too.
+class StoreLockedError(RuntimeError):
+    """The SQLite file is already served by another relaykit process (or another store object in this one)."""
 
 
 @dataclass(slots=True)
@@ -112,6 +121,15 @@ class TaskStore(Protocol):
 
     async def purge(self, before: datetime) -> int:
         """Delete terminal tasks whose status timestamp is older than ``before``; returns the count."""
+
+
+def failed_status(reason: str) -> TaskStatus:
+    """A FAILED status with an agent message explaining why (used for orphans and shutdown)."""
+    return TaskStatus(
+        state=TaskState.FAILED,
+        message=Message(message_id=new_id(), role=Role.AGENT, parts=[Part(text=reason)]),
+        timestamp=utc_now(),
+    )
 
 
 # --- task claims (scale-out) ------------------------------------------------------------------------------------
@@ -262,6 +280,11 @@ class DeliveryHealth:
     last_error: str = ""
     pending: int = 0
     dead: int = 0
+
+
+def from_epoch(value: float | None) -> datetime | None:
+    """An epoch-seconds timestamp as an aware UTC datetime (``None`` stays ``None``)."""
+    return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
 @dataclass(slots=True)

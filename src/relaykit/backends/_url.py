@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 
 from relaykit.backends._base import PushConfigStore, TaskStore
-from relaykit.backends._memory import MemoryPushConfigStore, MemoryTaskStore
+from relaykit.backends.memory import MemoryPushConfigStore, MemoryTaskStore
 
 __all__ = ["open_push_store", "open_store", "sqlite_path"]
 
@@ -34,12 +34,12 @@ def open_store(url: str, *, namespace: str = "relaykit", shared: bool = False) -
             "a SQLite store serves one process; replicas sharing tasks over the Redis bus need postgresql://…"
         )
     if path is not None:
-        from relaykit.backends._sqlite import SQLiteTaskStore
+        from relaykit.backends.sqlite import SQLiteTaskStore
 
         return SQLiteTaskStore(path, namespace=namespace)
     if url.startswith(("postgresql://", "postgres://")):
         _need_asyncpg()
-        from relaykit.backends._postgres import PostgresTaskStore
+        from relaykit.backends.postgres import PostgresTaskStore
 
         # Holds the single-process guard while started (the in-process bus serves one process only), unless
         # replicas share it through the Redis bus.
@@ -53,12 +53,12 @@ def open_push_store(url: str, tasks: TaskStore | None = None) -> PushConfigStore
         return MemoryPushConfigStore()
     path = sqlite_path(url)
     if path is not None:
-        from relaykit.backends._sqlite import SQLitePushConfigStore, SQLiteTaskStore
+        from relaykit.backends.sqlite import SQLitePushConfigStore, SQLiteTaskStore
 
         return SQLitePushConfigStore(tasks if isinstance(tasks, SQLiteTaskStore) else path)
     if url.startswith(("postgresql://", "postgres://")):
         _need_asyncpg()
-        from relaykit.backends._postgres import PostgresPushConfigStore, PostgresTaskStore
+        from relaykit.backends.postgres import PostgresPushConfigStore, PostgresTaskStore
 
         # Built from the task store, it shares the task store's pool (and namespace).
         return PostgresPushConfigStore(tasks if isinstance(tasks, PostgresTaskStore) else url)

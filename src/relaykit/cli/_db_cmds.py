@@ -58,7 +58,7 @@ def run_db_upgrade(args: argparse.Namespace) -> int:
 
 def _upgrade_postgres(url: str, namespace: str) -> int:
     try:
-        from relaykit.backends._postgres import redact, upgrade
+        from relaykit.backends.postgres import redact, upgrade
     except ImportError as exc:
         print(f"relaykit db upgrade: the PostgreSQL store needs asyncpg ({exc})", file=sys.stderr)
         return 1
@@ -78,7 +78,7 @@ def _upgrade_postgres(url: str, namespace: str) -> int:
 
 
 def _upgrade_sqlite(path: str, namespace: str) -> int:
-    from relaykit.backends._sqlite import SCHEMA_VERSION, SQLiteTaskStore
+    from relaykit.backends.sqlite import SCHEMA_VERSION, SQLiteTaskStore
 
     async def run() -> str:
         store = SQLiteTaskStore(path, namespace=namespace)

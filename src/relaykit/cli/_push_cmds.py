@@ -27,8 +27,7 @@ from urllib.parse import quote
 
 import httpx
 
-from relaykit.backends._base import DeliveryHealth
-from relaykit.backends._memory import from_epoch
+from relaykit.backends._base import DeliveryHealth, from_epoch
 from relaykit.backends._url import sqlite_path
 from relaykit.push._status import STATUS_PATH, status_json
 

@@ -34,8 +34,9 @@ from relaykit._card import (
     AgentSkill,
 )
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
-from relaykit.backends._bus import EventBus, LocalEventBus
+from relaykit.backends._bus import EventBus
 from relaykit.backends._url import open_push_store, open_store
+from relaykit.backends.memory import LocalEventBus
 from relaykit.http._asgi import Receive, Scope, Send, header, send_bytes
 from relaykit.http._jsonrpc import JSONRPCBinding
 from relaykit.http._rest import RESTBinding
@@ -417,7 +418,7 @@ def create_app(
         push_store = sender.configs
     event_bus: EventBus
     if redis_url is not None:
-        from relaykit.backends._redis import RedisEventBus
+        from relaykit.backends.redis import RedisEventBus
 
         event_bus = RedisEventBus(redis_url, namespace=namespace)
     else:
@@ -433,7 +434,7 @@ def create_app(
         max_subscribers=max_subscribers,
     )
     if redis_url is not None:
-        from relaykit.backends._redis_queue import RedisWorkQueue
+        from relaykit.backends.redis import RedisWorkQueue
         from relaykit.server._cluster import Cluster
 
         cluster = Cluster(

@@ -15,7 +15,7 @@ Receiving side: ``WebhookReceiver`` (an ASGI app) and ``verify_request`` (for yo
 """
 
 from relaykit.backends._base import DeliveryHealth, OutboxEntry, PushOutbox
-from relaykit.backends._memory import MemoryPushOutbox
+from relaykit.backends.memory import MemoryPushOutbox
 from relaykit.push._config_cache import ConfigCache
 from relaykit.push._outbox import open_outbox
 from relaykit.push._policy import DeliveryPolicy

@@ -34,7 +34,7 @@ from relaykit.backends._base import (
     StreamKey,
     TaskStore,
 )
-from relaykit.backends._memory import MemoryPushOutbox, MemoryTaskStore
+from relaykit.backends.memory import MemoryPushOutbox, MemoryTaskStore
 
 __all__ = ["OutboxWriter", "open_outbox"]
 
@@ -46,14 +46,14 @@ def open_outbox(tasks: TaskStore) -> PushOutbox:
 
     Other stores get a memory outbox: delivery then works, but pending notifications do not survive a restart.
     """
-    from relaykit.backends._sqlite import SQLitePushOutbox, SQLiteTaskStore
+    from relaykit.backends.sqlite import SQLitePushOutbox, SQLiteTaskStore
 
     if isinstance(tasks, SQLiteTaskStore):
         return SQLitePushOutbox(tasks)
     # The PostgreSQL module (and asyncpg) is loaded only by whoever built a PostgreSQL store: no import here.
-    postgres = sys.modules.get("relaykit.backends._postgres")
+    postgres = sys.modules.get("relaykit.backends.postgres")
     if postgres is not None and isinstance(tasks, postgres.PostgresTaskStore):
-        from relaykit.backends._pg_outbox import PostgresPushOutbox
+        from relaykit.backends.postgres import PostgresPushOutbox
 
         return PostgresPushOutbox(tasks)
     if not isinstance(tasks, MemoryTaskStore):

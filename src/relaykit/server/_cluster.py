@@ -45,12 +45,12 @@ from relaykit._types import (
     TaskState,
 )
 from relaykit.backends._base import Claim, TaskRecord
-from relaykit.backends._redis_queue import RedisWorkQueue, WorkItem
+from relaykit.backends.redis import RedisWorkQueue, WorkItem
 from relaykit.server._context import CallContext
 from relaykit.server._front import Front, decode_call
 
 if TYPE_CHECKING:
-    from relaykit.backends._redis import RedisEventBus
+    from relaykit.backends.redis import RedisEventBus
     from relaykit.server._active import ActiveTask, PendingRequest
     from relaykit.server._engine import TaskEngine
 

@@ -47,8 +47,8 @@ from relaykit._types import (
     stream_json,
 )
 from relaykit.backends._base import TaskRecord, TaskStore
-from relaykit.backends._bus import EventBus, LocalEventBus
-from relaykit.backends._memory import MemoryTaskStore
+from relaykit.backends._bus import EventBus
+from relaykit.backends.memory import LocalEventBus, MemoryTaskStore
 from relaykit.server._active import ActiveTask, PendingRequest
 from relaykit.server._context import CallContext, RequestContext
 from relaykit.server._executor import AgentExecutor

@@ -36,7 +36,7 @@ from relaykit._types import (
     stream_json,
 )
 from relaykit.backends._base import Claim, TaskRecord
-from relaykit.backends._redis_queue import RedisWorkQueue, WorkItem
+from relaykit.backends.redis import RedisWorkQueue, WorkItem
 from relaykit.server._context import CallContext
 from relaykit.server._engine import accept_continuation
 from relaykit.server._readers import EventStream, StreamItem
@@ -45,7 +45,7 @@ log = logging.getLogger("relaykit.cluster")
 
 
 if TYPE_CHECKING:
-    from relaykit.backends._redis import RedisEventBus
+    from relaykit.backends.redis import RedisEventBus
     from relaykit.server._engine import TaskEngine
 
 __all__ = ["Front", "decode_call", "encode_call"]

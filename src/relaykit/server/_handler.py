@@ -40,7 +40,7 @@ from relaykit._types import (
     new_id,
 )
 from relaykit.backends._base import PushConfigStore, TaskQuery
-from relaykit.backends._memory import MemoryPushConfigStore
+from relaykit.backends.memory import MemoryPushConfigStore
 from relaykit.server._context import CallContext
 from relaykit.server._engine import StreamItem, TaskEngine
 

@@ -1,4 +1,4 @@
-"""The SQLite push-config store: configs in ``<namespace>_push_configs``, in the task store's file (see ``_sqlite``)."""
+"""The SQLite push-config store: configs in ``<namespace>_push_configs``, in the task store's file (see the package)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sqlite3
 
 from relaykit._types import TaskPushNotificationConfig
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._sqlite_db import Database
-from relaykit.backends._sqlite_tasks import SQLiteTaskStore
+from relaykit.backends.sqlite._db import Database
+from relaykit.backends.sqlite._tasks import SQLiteTaskStore
 
 __all__ = ["SQLitePushConfigStore"]
 

@@ -1,6 +1,6 @@
 """The PostgreSQL push outbox: ``<namespace>_push_outbox``, ``_push_health`` and ``_push_leases`` (schema 3).
 
-What it adds to the ``PushOutbox`` rules in ``_base`` (mirroring ``_sqlite.SQLitePushOutbox``):
+What it adds to the ``PushOutbox`` rules in ``_base`` (mirroring ``sqlite.SQLitePushOutbox``):
 
 * **Shared pool, durable commits.** ``PostgresPushOutbox(task_store)`` shares the task store's pool (like
   ``PostgresPushConfigStore``); ``durable`` is true: a committed notification survives any replica, and
@@ -37,13 +37,12 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from relaykit._errors import ServiceUnavailableError
-from relaykit.backends._base import DeliveryHealth, DeliveryOutcome, OutboxChanges, OutboxEntry, StreamKey
+from relaykit.backends._base import DeliveryHealth, DeliveryOutcome, OutboxChanges, OutboxEntry, StreamKey, from_epoch
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._memory import from_epoch
-from relaykit.backends._pg_db import CONNECT_TIMEOUT, Database, has_nul, shared_database
+from relaykit.backends.postgres._db import CONNECT_TIMEOUT, Database, has_nul, shared_database
 
 if TYPE_CHECKING:
-    from relaykit.backends._postgres import PostgresTaskStore
+    from relaykit.backends.postgres._tasks import PostgresTaskStore
 
 __all__ = ["LEASE_TTL", "PostgresPushOutbox"]
 

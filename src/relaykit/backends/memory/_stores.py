@@ -10,19 +10,9 @@ import builtins
 import dataclasses
 import math
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 
-from relaykit._model import utc_now
-from relaykit._types import (
-    Message,
-    Part,
-    Role,
-    Task,
-    TaskPushNotificationConfig,
-    TaskState,
-    TaskStatus,
-    new_id,
-)
+from relaykit._types import Task, TaskPushNotificationConfig, TaskState
 from relaykit.backends._base import (
     Claim,
     ConflictError,
@@ -34,10 +24,12 @@ from relaykit.backends._base import (
     StreamKey,
     TaskQuery,
     TaskRecord,
+    failed_status,
+    from_epoch,
 )
 from relaykit.backends._paging import decode_token, encode_token, timestamp_us
 
-__all__ = ["MemoryPushConfigStore", "MemoryPushOutbox", "MemoryTaskStore", "from_epoch"]
+__all__ = ["MemoryPushConfigStore", "MemoryPushOutbox", "MemoryTaskStore"]
 
 _ACTIVE = (TaskState.SUBMITTED, TaskState.WORKING)
 _TERMINAL = (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED)
@@ -81,15 +73,6 @@ class _Row:
         if key is None:
             key = self._key = (timestamp_us(self.stamp), self.task_id)
         return key
-
-
-def failed_status(reason: str) -> TaskStatus:
-    """A FAILED status with an agent message explaining why (used for orphans and shutdown)."""
-    return TaskStatus(
-        state=TaskState.FAILED,
-        message=Message(message_id=new_id(), role=Role.AGENT, parts=[Part(text=reason)]),
-        timestamp=utc_now(),
-    )
 
 
 class MemoryTaskStore:
@@ -280,11 +263,6 @@ class MemoryPushConfigStore:
         if not configs:
             del self._configs[(tenant, owner, task_id)]
         return True
-
-
-def from_epoch(value: float | None) -> datetime | None:
-    """An epoch-seconds timestamp as an aware UTC datetime (``None`` stays ``None``)."""
-    return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
 class _Health:

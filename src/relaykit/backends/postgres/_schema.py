@@ -68,7 +68,7 @@ MIGRATIONS: list[list[str]] = [
         # The tasks of one worker (cancel routing, a worker's own claims); only claimed rows are indexed.
         "CREATE INDEX {ns}_tasks_worker ON {ns}_tasks (worker) WHERE worker IS NOT NULL",
     ],
-    # 3: the push-notification outbox (``_pg_outbox``): pending entries and dead letters, per-config delivery
+    # 3: the push-notification outbox (``_outbox``): pending entries and dead letters, per-config delivery
     # health, and the stream leases that keep two replicas from delivering one (task, config) at once. Every name
     # fits in 63 bytes with the longest namespace (48 characters).
     [

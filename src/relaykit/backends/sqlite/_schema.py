@@ -1,6 +1,6 @@
 """The SQLite schema: the version this relaykit writes and the migrations that build it, one list per version.
 
-``_sqlite_db.Database`` applies them on start, in one transaction; see ``_sqlite`` for the tables' invariants.
+``_db.Database`` applies them on start, in one transaction; see the package for the tables' invariants.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The PostgreSQL connection machinery: one pool per URL and namespace (``Database``), the single-process guard,
 outage mapping to ``ServiceUnavailableError``, and the administration entry points (``upgrade``, ``drop_namespace``).
 
-The stores (``_postgres.PostgresTaskStore``, ``_pg_push.PostgresPushConfigStore``) run every operation through
+The stores (``_tasks.PostgresTaskStore``, ``_push.PostgresPushConfigStore``) run every operation through
 ``Database.run(job)``, the one place where a lost server becomes ``ServiceUnavailableError``.
 """
 
@@ -18,8 +18,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from relaykit._errors import ServiceUnavailableError
-from relaykit.backends._pg_schema import check_namespace, lock_key, migrate
-from relaykit.backends._sqlite import StoreLockedError
+from relaykit.backends._base import StoreLockedError
+from relaykit.backends.postgres._schema import check_namespace, lock_key, migrate
 
 __all__ = [
     "CONNECT_TIMEOUT",

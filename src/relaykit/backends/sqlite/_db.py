@@ -1,9 +1,8 @@
 """The SQLite file machinery every SQLite store shares: the owner lock, the one connection and its one thread,
 the schema migration on open, and write transactions.
 
-The stores (``_sqlite_tasks.SQLiteTaskStore``, ``_sqlite_push.SQLitePushConfigStore``,
-``_sqlite_outbox.SQLitePushOutbox``) run every statement through ``Database.run(job)``; ``_sqlite`` states the
-invariants this gives them.
+The stores (``_tasks.SQLiteTaskStore``, ``_push.SQLitePushConfigStore``, ``_outbox.SQLitePushOutbox``) run every
+statement through ``Database.run(job)``; the package states the invariants this gives them.
 """
 
 from __future__ import annotations
@@ -18,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
-from relaykit.backends._sqlite_schema import MIGRATIONS, SCHEMA_VERSION
+from relaykit.backends._base import StoreLockedError
+from relaykit.backends.sqlite._schema import MIGRATIONS, SCHEMA_VERSION
 
-__all__ = ["BUSY_TIMEOUT_MS", "Database", "StoreLockedError", "transaction"]
+__all__ = ["BUSY_TIMEOUT_MS", "Database", "transaction"]
 
 _T = TypeVar("_T")
 
@@ -28,10 +28,6 @@ BUSY_TIMEOUT_MS = 5000
 
 _NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}\Z")
 _MEMORY = ":memory:"
-
-
-class StoreLockedError(RuntimeError):
-    """The SQLite file is already served by another relaykit process (or another store object in this one)."""
 
 
 @contextmanager

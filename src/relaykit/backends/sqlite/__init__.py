@@ -30,16 +30,16 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
 A cancelled call may still complete on the worker thread (a statement cannot be interrupted half-way); the
 caller's ``TaskRecord.version`` is then behind and its next ``save`` raises ``ConflictError``, which is safe.
 
-Modules: this one states the invariants and exports the public names; ``_sqlite_db`` the owner lock, the connection,
-its thread and the migration on open; ``_sqlite_schema`` the schema version and migrations; ``_sqlite_tasks``
-``SQLiteTaskStore``; ``_sqlite_push`` ``SQLitePushConfigStore``; ``_sqlite_outbox`` ``SQLitePushOutbox``.
+Modules: this one states the invariants and exports the public names; ``_db`` the owner lock, the connection, its
+thread and the migration on open; ``_schema`` the schema version and migrations; ``_tasks`` ``SQLiteTaskStore``;
+``_push`` ``SQLitePushConfigStore``; ``_outbox`` ``SQLitePushOutbox``.
 """
 
-from relaykit.backends._sqlite_db import StoreLockedError
-from relaykit.backends._sqlite_outbox import SQLitePushOutbox
-from relaykit.backends._sqlite_push import SQLitePushConfigStore
-from relaykit.backends._sqlite_schema import MIGRATIONS, SCHEMA_VERSION
-from relaykit.backends._sqlite_tasks import SQLiteTaskStore
+from relaykit.backends._base import StoreLockedError
+from relaykit.backends.sqlite._outbox import SQLitePushOutbox
+from relaykit.backends.sqlite._push import SQLitePushConfigStore
+from relaykit.backends.sqlite._schema import MIGRATIONS, SCHEMA_VERSION
+from relaykit.backends.sqlite._tasks import SQLiteTaskStore
 
 __all__ = ["SCHEMA_VERSION", "SQLitePushConfigStore", "SQLitePushOutbox", "SQLiteTaskStore", "StoreLockedError"]
 

@@ -1,6 +1,6 @@
 """The SQLite push outbox: pending notifications, dead letters and delivery health, in the task store's file.
 
-Tables ``<namespace>_push_outbox`` and ``<namespace>_push_health``; see ``_sqlite`` for the file's invariants.
+Tables ``<namespace>_push_outbox`` and ``<namespace>_push_health``; see the package for the file's invariants.
 """
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ import os
 import sqlite3
 import time
 
-from relaykit.backends._base import DeliveryHealth, OutboxChanges, OutboxEntry, StreamKey
+from relaykit.backends._base import DeliveryHealth, OutboxChanges, OutboxEntry, StreamKey, from_epoch
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._memory import from_epoch
-from relaykit.backends._sqlite_db import Database, transaction
-from relaykit.backends._sqlite_tasks import SQLiteTaskStore
+from relaykit.backends.sqlite._db import Database, transaction
+from relaykit.backends.sqlite._tasks import SQLiteTaskStore
 
 __all__ = ["SQLitePushOutbox"]
 

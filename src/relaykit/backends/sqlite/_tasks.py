@@ -1,6 +1,6 @@
 """The SQLite task store: tasks in ``<namespace>_tasks``, versioned, listed by the keyset every store shares.
 
-See ``_sqlite`` for the invariants (one owner, one thread, durability, ordering).
+See the package for the invariants (one owner, one thread, durability, ordering).
 """
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ import sqlite3
 from datetime import datetime
 
 from relaykit._types import Task, TaskState
-from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord
+from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord, failed_status
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._memory import failed_status
 from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
-from relaykit.backends._sqlite_db import Database, transaction
+from relaykit.backends.sqlite._db import Database, transaction
 
 __all__ = ["SQLiteTaskStore"]
 

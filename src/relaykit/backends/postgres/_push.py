@@ -1,4 +1,4 @@
-"""The PostgreSQL push-config store: configs in ``<namespace>_push_configs``, next to the tasks (see ``_postgres``)."""
+"""The PostgreSQL push-config store: configs in ``<namespace>_push_configs``, next to the tasks (see the package)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from relaykit._types import TaskPushNotificationConfig
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._pg_db import CONNECT_TIMEOUT, Database, has_nul, rowcount, shared_database
+from relaykit.backends.postgres._db import CONNECT_TIMEOUT, Database, has_nul, rowcount, shared_database
 
 if TYPE_CHECKING:
-    from relaykit.backends._postgres import PostgresTaskStore
+    from relaykit.backends.postgres._tasks import PostgresTaskStore
 
 __all__ = ["PostgresPushConfigStore"]
 

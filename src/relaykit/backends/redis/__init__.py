@@ -1,0 +1,10 @@
+"""The Redis engine (scale-out): the event bus (``_bus``, ``RedisEventBus``) and the work queue (``_queue``,
+``RedisWorkQueue``), both in Redis Streams shared by every replica.
+
+redis-py is imported only when a client connects (``connect_redis``), not with this package.
+"""
+
+from relaykit.backends.redis._bus import RedisEventBus, connect_redis, redact_redis, redis_unavailable
+from relaykit.backends.redis._queue import RedisWorkQueue, WorkItem
+
+__all__ = ["RedisEventBus", "RedisWorkQueue", "WorkItem", "connect_redis", "redact_redis", "redis_unavailable"]
