@@ -271,11 +271,12 @@ def _loop_factory(config: Any) -> Any:
 
 
 def reload_factory() -> Any:
-    """Build the app inside a ``--reload`` worker from the original command line."""
-    from relaykit.cli import build_parser
-
+    """Build the app inside a ``--reload`` worker from the original command line (``serve …``)."""
+    # The serve parser alone (not relaykit.cli's, which imports this module): the line is always a serve command.
+    parser = argparse.ArgumentParser(prog="relaykit")
+    add_serve_parser(parser.add_subparsers(dest="command", required=True))
     argv = os.environ.get("RELAYKIT_SERVE_ARGV", "").split("\0")
-    return build_app(build_parser().parse_args(argv))
+    return build_app(parser.parse_args(argv))
 
 
 try:

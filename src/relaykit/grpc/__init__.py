@@ -18,12 +18,8 @@ and, for SubscribeToTask, ``last-event-id``; streams answer with initial metadat
 has id first + *k*) and trailing metadata ``a2a-last-event-id``.
 """
 
-from relaykit.grpc._convert import POOL, from_proto, to_proto
+from relaykit._proto import FIRST_EVENT_ID, LAST_EVENT_ID, POOL, RESUME_FROM, SERVICE_NAME, from_proto, to_proto
 from relaykit.grpc._server import (
-    FIRST_EVENT_ID,
-    LAST_EVENT_ID,
-    RESUME_FROM,
-    SERVICE_NAME,
     Authenticator,
     GrpcBinding,
     GrpcServer,

@@ -38,11 +38,11 @@ from relaykit.backends._bus import EventBus, LocalEventBus
 from relaykit.backends._url import open_push_store, open_store
 from relaykit.http._asgi import Receive, Scope, Send, header, send_bytes
 from relaykit.http._jsonrpc import JSONRPCBinding
+from relaykit.http._push import JWKS_PATH, STATUS_PATH, JWKSEndpoint, PushStatusEndpoint
 from relaykit.http._rest import RESTBinding
 from relaykit.push._outbox import open_outbox
 from relaykit.push._sender import DeliveryPolicy, PushEvents, PushSender
 from relaykit.push._signing import PushSigner
-from relaykit.push._status import STATUS_PATH, JWKSEndpoint, PushStatusEndpoint
 from relaykit.server._agent import FunctionAgent
 from relaykit.server._engine import TaskEngine
 from relaykit.server._executor import AgentExecutor
@@ -51,7 +51,6 @@ from relaykit.server._handler import ExtendedCardProvider, RequestHandler
 __all__ = ["A2AServer", "build_card", "create_app"]
 
 CARD_PATH = "/.well-known/agent-card.json"
-JWKS_PATH = "/.well-known/jwks.json"
 
 
 def build_card(
