@@ -108,7 +108,7 @@ def test_the_module_list_is_the_tree() -> None:
     assert layer("relaykit._methods") == "core"
     assert layer("relaykit.http._app") == "http"
     # The walker sees lazy imports and resolves relative and package-style ones.
-    assert "relaykit.backends._redis" in imports("relaykit.http._app")
+    assert "relaykit.backends._redis" in imports("relaykit.assembly._assemble")
     assert "relaykit._types" in imports("relaykit._proto")
 
 

@@ -128,7 +128,7 @@ def _add_push_options(p: argparse.ArgumentParser) -> None:
 
 
 def _push_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """create_app's push options from the flags (defaults left to create_app)."""
+    """The push options of ``assemble`` from the flags (defaults left to it)."""
     from pathlib import Path
 
     from relaykit.push import DeliveryPolicy
@@ -153,17 +153,15 @@ def _push_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def build_app(args: argparse.Namespace) -> Any:
-    from relaykit.http._app import create_app
+def _assemble(target: Any, args: argparse.Namespace) -> Any:
+    """The ``A2AServer`` the flags describe for an executor (``relaykit.assembly.assemble``)."""
+    from relaykit.assembly import assemble
 
-    target = load_target(args.target)
-    if getattr(getattr(target, "state", None), "relaykit", None) is not None:
-        return target
     bus = _bus_url(args)
     if bus != "memory" and not bus.startswith(("redis://", "rediss://", "unix://")):
         raise TargetError(f"unknown bus {bus!r}: use memory or redis://…")
     public_url = args.public_url or f"http://localhost:{args.port}"
-    return create_app(
+    return assemble(
         target,
         store=_store_url(args),
         public_url=public_url,
@@ -171,7 +169,6 @@ def build_app(args: argparse.Namespace) -> Any:
         push=args.push,
         executor_timeout=args.executor_timeout,
         grace=args.grace,
-        keepalive=args.keepalive,
         retention=args.retention,
         access_log=args.access_log,
         namespace=args.namespace,
@@ -183,6 +180,29 @@ def build_app(args: argparse.Namespace) -> Any:
         idempotency_window=args.idempotency_window,
         **_push_kwargs(args),
     )
+
+
+def _app_server(target: Any) -> Any:
+    """The ``A2AServer`` behind a ``create_app`` app given as the target (None for an executor)."""
+    return getattr(getattr(target, "state", None), "relaykit", None)
+
+
+def build_server(args: argparse.Namespace) -> Any:
+    """What ``worker`` runs: the assembly alone (no binding), or the one behind a ``create_app`` app target."""
+    target = load_target(args.target)
+    server = _app_server(target)
+    return server if server is not None else _assemble(target, args)
+
+
+def build_app(args: argparse.Namespace) -> Any:
+    """What ``serve`` runs: the HTTP app over the assembly (gRPC attaches to the same ``app.state.relaykit``), or a
+    ``create_app`` app target as it is."""
+    from relaykit.http._app import http_app
+
+    target = load_target(args.target)
+    if _app_server(target) is not None:
+        return target
+    return http_app(_assemble(target, args), keepalive=args.keepalive)
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -300,8 +300,9 @@ def _add_file(file: Any) -> None:
 class GrpcServer:
     """A ``grpc.aio`` server for one agent: A2AService, plus health checking and server reflection.
 
-    ``target`` is the ``A2AServer`` behind a ``create_app`` app (``app.state.relaykit``), the app itself, or a bare
-    ``RequestHandler``. ``start()`` starts the engine too (idempotent), so gRPC and HTTP share one engine and store.
+    ``target`` is an ``A2AServer`` (``relaykit.assembly.assemble(...)``, or ``app.state.relaykit`` of a
+    ``create_app`` app), such an app itself, or a bare ``RequestHandler``. ``start()`` starts the engine too
+    (idempotent), so gRPC and HTTP share one engine and store.
 
     >>> # grpc_server = GrpcServer(app, host="127.0.0.1", port=50051)
     >>> # await grpc_server.start(); ...; await grpc_server.stop(grace=5)
