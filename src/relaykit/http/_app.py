@@ -7,6 +7,12 @@ only the HTTP parts (routes, the card endpoint, health and readiness, the access
 Its lifespan starts the engine (store open, orphan recovery) and drains it on shutdown. Mounted apps don't get
 lifespan events from their parent, so the first request starts the engine too; add
 ``relaykit_app.state.relaykit.lifespan`` to the parent's lifespan to also drain on shutdown.
+
+The card's JSON-RPC and HTTP+JSON URLs: ``public_url`` when given (``relaykit serve`` always gives one). Without it,
+the address the request reached the app at: the ASGI scope's scheme, the ``Host`` header (or the server address) and
+``root_path``, which holds the mount path (``/agent`` under ``Mount("/agent", app)``), as a framework's ``url_for``
+builds URLs. ``X-Forwarded-*`` headers are not read here: a proxy's address reaches the scope only through the ASGI
+server's own proxy-headers handling (uvicorn ``--forwarded-allow-ips``), or set ``public_url``.
 """
 
 from __future__ import annotations
@@ -22,8 +28,8 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount, Route
 
-from relaykit._card import AgentCard
-from relaykit.assembly._assemble import assemble, build_card
+from relaykit._card import HTTP_JSON, JSONRPC, AgentCard
+from relaykit.assembly._assemble import assemble, build_card, http_interfaces
 from relaykit.assembly._server import A2AServer
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus
@@ -38,12 +44,34 @@ from relaykit.server._handler import ExtendedCardProvider
 __all__ = ["A2AServer", "build_card", "create_app", "http_app"]
 
 CARD_PATH = "/.well-known/agent-card.json"
+CARD_BASES = 8  # request base URLs whose encoded card is kept (a mount is reached by one or two names)
+_HOST = re.compile(r"(?:[A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-class _CardEndpoint:
-    """``GET /.well-known/agent-card.json`` with ETag, Cache-Control and Last-Modified; no A2A-Version needed."""
+def request_base(scope: Scope) -> str:
+    """The URL the app is reached at for this request: scheme, host (and port), and the mount path (``root_path``)."""
+    scheme = str(scope.get("scheme") or "http")
+    raw = header(scope, b"host")
+    host = raw.decode("latin-1") if raw is not None else ""
+    if not _HOST.fullmatch(host):
+        # No Host header (HTTP/1.0), or not a host[:port]: the address the server accepted the connection on.
+        server = scope.get("server")
+        if server:
+            name, port = str(server[0]), server[1]
+            name = f"[{name}]" if ":" in name else name
+            host = name if port is None or _DEFAULT_PORTS.get(scheme) == port else f"{name}:{port}"
+        else:
+            host = "localhost"
+    return f"{scheme}://{host}{scope.get('root_path', '')}".rstrip("/")
 
-    def __init__(self, card: AgentCard, max_age: int = 300) -> None:
+
+class _RenderedCard:
+    """One card, encoded once, with its validators."""
+
+    __slots__ = ("body", "etag", "headers")
+
+    def __init__(self, card: AgentCard, max_age: int) -> None:
         self.body = card.to_json()
         self.etag = b'"' + hashlib.sha256(self.body).hexdigest()[:32].encode() + b'"'
         self.headers = [
@@ -53,13 +81,40 @@ class _CardEndpoint:
             (b"access-control-allow-origin", b"*"),
         ]
 
+
+class _CardEndpoint:
+    """``GET /.well-known/agent-card.json`` with ETag, Cache-Control and Last-Modified; no A2A-Version needed.
+
+    ``follow_request``: the JSON-RPC and HTTP+JSON URLs name where this request reached the app (``request_base``);
+    each base's card is encoded once and the last ``CARD_BASES`` are kept. Otherwise the card is served as built.
+    """
+
+    def __init__(self, card: AgentCard, *, follow_request: bool = False, max_age: int = 300) -> None:
+        self.card = card
+        self.max_age = max_age
+        self.fixed = None if follow_request else _RenderedCard(card, max_age)
+        self._by_base: dict[str, _RenderedCard] = {}
+
+    def _for_base(self, base: str) -> _RenderedCard:
+        rendered = self._by_base.get(base)
+        if rendered is None:
+            # The GRPC interface (a host:port of its own) stays as built; only the HTTP ones follow the request.
+            others = [i for i in self.card.supported_interfaces if i.protocol_binding not in (JSONRPC, HTTP_JSON)]
+            card = self.card.model_copy(update={"supported_interfaces": [*http_interfaces(base), *others]})
+            rendered = _RenderedCard(card, self.max_age)
+            if len(self._by_base) >= CARD_BASES:
+                del self._by_base[next(iter(self._by_base))]  # the oldest: a bound, not a policy
+            self._by_base[base] = rendered
+        return rendered
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        rendered = self.fixed if self.fixed is not None else self._for_base(request_base(scope))
         match = header(scope, b"if-none-match")
-        if match is not None and self.etag in {m.strip() for m in match.split(b",")}:
-            await send({"type": "http.response.start", "status": 304, "headers": self.headers})
+        if match is not None and rendered.etag in {m.strip() for m in match.split(b",")}:
+            await send({"type": "http.response.start", "status": 304, "headers": rendered.headers})
             await send({"type": "http.response.body", "body": b""})
             return
-        await send_bytes(send, 200, self.body, b"application/json", self.headers)
+        await send_bytes(send, 200, rendered.body, b"application/json", rendered.headers)
 
 
 # Endpoints are instances, not functions: Starlette routes treat functions and methods as request/response endpoints.
@@ -203,9 +258,10 @@ def http_app(server: A2AServer, *, max_body: int = 10 * 1024 * 1024, keepalive: 
     # JSON-RPC first: no other route matches POST / (the REST mount takes it only as a fallback), and _App calls
     # the first route directly for that request.
     rpc_route = Route("/", jsonrpc, methods=["POST"])
+    card = _CardEndpoint(handler.card, follow_request=server.public_url is None)
     routes: list[BaseRoute] = [
         rpc_route,
-        Route(CARD_PATH, _CardEndpoint(handler.card), methods=["GET", "HEAD"]),
+        Route(CARD_PATH, card, methods=["GET", "HEAD"]),
         Route("/healthz", _Health(), methods=["GET", "HEAD"]),
         Route("/readyz", _Ready(server), methods=["GET", "HEAD"]),
     ]
@@ -271,6 +327,11 @@ def create_app(
 
     Store: ``store="memory"`` by default, so nothing survives a restart; pass ``store="sqlite:///relaykit.db"`` (what
     ``relaykit serve`` uses by default), a PostgreSQL URL, or a ``TaskStore``.
+
+    Card: ``public_url`` is the base URL of its JSON-RPC and HTTP+JSON interfaces (and the push JWT issuer). Left
+    out, the card names the address each request reached the app at (scheme, ``Host``, mount path), so an app
+    mounted at ``/agent`` advertises ``…/agent``; set it when clients reach the agent by another name (a proxy).
+    ``grpc_url`` (``host:port``) adds the GRPC interface; serve it with ``relaykit.grpc.GrpcServer(app)``.
 
     Push notifications (``push=True``, the default): every task event (``push_events="all"``) or only state
     changes (``"state"``) is queued in the outbox (``push_outbox``; default: in the SQLite file of ``store``, or
