@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import re
@@ -16,6 +17,7 @@ from relaykit.cli._target import TargetError, load_target
 
 __all__ = ["add_serve_parser", "parse_duration", "run_serve"]
 
+RELOAD_ARGV = "RELAYKIT_SERVE_ARGV"  # the command line, for the app factory of a --reload worker process
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -213,7 +215,8 @@ def run_serve(args: argparse.Namespace) -> int:
         print("relaykit serve: --grpc-port cannot be combined with --reload", file=sys.stderr)
         return 2
     if args.reload:
-        os.environ["RELAYKIT_SERVE_ARGV"] = "\0".join(sys.argv[1:])
+        # JSON: an environment variable cannot hold the NUL separator this used to join with (ValueError).
+        os.environ[RELOAD_ARGV] = json.dumps(sys.argv[1:])
         uvicorn.run(
             "relaykit.cli._serve:reload_factory",
             factory=True,
@@ -295,7 +298,7 @@ def reload_factory() -> Any:
     # The serve parser alone (not relaykit.cli's, which imports this module): the line is always a serve command.
     parser = argparse.ArgumentParser(prog="relaykit")
     add_serve_parser(parser.add_subparsers(dest="command", required=True))
-    argv = os.environ.get("RELAYKIT_SERVE_ARGV", "").split("\0")
+    argv = json.loads(os.environ.get(RELOAD_ARGV, "[]"))
     return build_app(parser.parse_args(argv))
 
 
