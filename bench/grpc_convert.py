@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from relaykit._card import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from relaykit._model import A2AModel
+from relaykit._proto import from_proto, from_proto_json, proto_class, to_proto, to_proto_json
 from relaykit._types import (
     Artifact,
     Message,
@@ -25,7 +26,6 @@ from relaykit._types import (
     TaskState,
     TaskStatus,
 )
-from relaykit.grpc._convert import from_proto, from_proto_json, proto_class, to_proto, to_proto_json
 
 
 def samples() -> dict[str, A2AModel]:

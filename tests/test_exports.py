@@ -10,6 +10,7 @@ PUBLIC = [
     "relaykit.types",
     "relaykit.errors",
     "relaykit.server",
+    "relaykit.assembly",
     "relaykit.backends",
     "relaykit.http",
     "relaykit.testing",

@@ -35,6 +35,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from relaykit._types import Task
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "error_from_grpc",
     "error_from_jsonrpc",
     "error_from_status",
+    "invalid_params",
 ]
 
 DOMAIN = "a2a-protocol.org"
@@ -461,3 +464,21 @@ def error_from_grpc(status_name: str, message: str, details: list[dict[str, Any]
             "UNIMPLEMENTED": UnsupportedOperationError,
         }.get(status_name, InternalError)
     return _build(cls, message, meta, details)
+
+
+def invalid_params(exc: ValidationError, prefix: str = "") -> InvalidParamsError:
+    """A pydantic validation failure as InvalidParams, naming each bad field the way the client spelled it.
+
+    Every binding decodes into the same models, so this is the one translation of pydantic's errors (JSON-RPC, REST
+    and gRPC alike).
+    """
+    violations: list[tuple[str, str]] = []
+    for err in exc.errors(include_url=False, include_input=False):
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        msg = err["msg"].removeprefix("Value error, ")
+        violations.append((prefix + loc if loc else prefix.rstrip(".") or "(request)", msg))
+    first = violations[0]
+    summary = f"{first[0]}: {first[1]}" if first[0] else first[1]
+    if len(violations) > 1:
+        summary += f" (and {len(violations) - 1} more)"
+    return InvalidParamsError(f"invalid parameters: {summary}", field_violations=violations)

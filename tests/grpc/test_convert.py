@@ -25,7 +25,7 @@ from relaykit import _card as c
 from relaykit import _types as t
 from relaykit._grpc_gen import a2a_pb2 as pb
 from relaykit._model import A2AModel
-from relaykit.grpc._convert import (
+from relaykit._proto import (
     decoder,
     encode_event,
     encoder,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import re
@@ -16,6 +17,7 @@ from relaykit.cli._target import TargetError, load_target
 
 __all__ = ["add_serve_parser", "parse_duration", "run_serve"]
 
+RELOAD_ARGV = "RELAYKIT_SERVE_ARGV"  # the command line, for the app factory of a --reload worker process
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -128,7 +130,7 @@ def _add_push_options(p: argparse.ArgumentParser) -> None:
 
 
 def _push_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """create_app's push options from the flags (defaults left to create_app)."""
+    """The push options of ``assemble`` from the flags (defaults left to it)."""
     from pathlib import Path
 
     from relaykit.push import DeliveryPolicy
@@ -153,17 +155,15 @@ def _push_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def build_app(args: argparse.Namespace) -> Any:
-    from relaykit.http._app import create_app
+def _assemble(target: Any, args: argparse.Namespace) -> Any:
+    """The ``A2AServer`` the flags describe for an executor (``relaykit.assembly.assemble``)."""
+    from relaykit.assembly import assemble
 
-    target = load_target(args.target)
-    if getattr(getattr(target, "state", None), "relaykit", None) is not None:
-        return target
     bus = _bus_url(args)
     if bus != "memory" and not bus.startswith(("redis://", "rediss://", "unix://")):
         raise TargetError(f"unknown bus {bus!r}: use memory or redis://…")
     public_url = args.public_url or f"http://localhost:{args.port}"
-    return create_app(
+    return assemble(
         target,
         store=_store_url(args),
         public_url=public_url,
@@ -171,7 +171,6 @@ def build_app(args: argparse.Namespace) -> Any:
         push=args.push,
         executor_timeout=args.executor_timeout,
         grace=args.grace,
-        keepalive=args.keepalive,
         retention=args.retention,
         access_log=args.access_log,
         namespace=args.namespace,
@@ -185,6 +184,29 @@ def build_app(args: argparse.Namespace) -> Any:
     )
 
 
+def _app_server(target: Any) -> Any:
+    """The ``A2AServer`` behind a ``create_app`` app given as the target (None for an executor)."""
+    return getattr(getattr(target, "state", None), "relaykit", None)
+
+
+def build_server(args: argparse.Namespace) -> Any:
+    """What ``worker`` runs: the assembly alone (no binding), or the one behind a ``create_app`` app target."""
+    target = load_target(args.target)
+    server = _app_server(target)
+    return server if server is not None else _assemble(target, args)
+
+
+def build_app(args: argparse.Namespace) -> Any:
+    """What ``serve`` runs: the HTTP app over the assembly (gRPC attaches to the same ``app.state.relaykit``), or a
+    ``create_app`` app target as it is."""
+    from relaykit.http._app import http_app
+
+    target = load_target(args.target)
+    if _app_server(target) is not None:
+        return target
+    return http_app(_assemble(target, args), keepalive=args.keepalive)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -193,7 +215,8 @@ def run_serve(args: argparse.Namespace) -> int:
         print("relaykit serve: --grpc-port cannot be combined with --reload", file=sys.stderr)
         return 2
     if args.reload:
-        os.environ["RELAYKIT_SERVE_ARGV"] = "\0".join(sys.argv[1:])
+        # JSON: an environment variable cannot hold the NUL separator this used to join with (ValueError).
+        os.environ[RELOAD_ARGV] = json.dumps(sys.argv[1:])
         uvicorn.run(
             "relaykit.cli._serve:reload_factory",
             factory=True,
@@ -271,11 +294,12 @@ def _loop_factory(config: Any) -> Any:
 
 
 def reload_factory() -> Any:
-    """Build the app inside a ``--reload`` worker from the original command line."""
-    from relaykit.cli import build_parser
-
-    argv = os.environ.get("RELAYKIT_SERVE_ARGV", "").split("\0")
-    return build_app(build_parser().parse_args(argv))
+    """Build the app inside a ``--reload`` worker from the original command line (``serve …``)."""
+    # The serve parser alone (not relaykit.cli's, which imports this module): the line is always a serve command.
+    parser = argparse.ArgumentParser(prog="relaykit")
+    add_serve_parser(parser.add_subparsers(dest="command", required=True))
+    argv = json.loads(os.environ.get(RELOAD_ARGV, "[]"))
+    return build_app(parser.parse_args(argv))
 
 
 try:

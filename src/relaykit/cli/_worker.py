@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from relaykit.cli._serve import _add_push_options, add_cluster_options, build_app
+from relaykit.cli._serve import _add_push_options, add_cluster_options, build_server
 from relaykit.cli._target import TargetError
 
 __all__ = ["add_worker_parser", "run_worker"]
@@ -41,23 +41,21 @@ def run_worker(args: argparse.Namespace) -> int:
     if not bus.startswith(("redis://", "rediss://", "unix://")):
         print("relaykit worker: needs --bus redis://… (or RELAYKIT_BUS): workers take work from Redis", file=sys.stderr)
         return 2
-    # The HTTP-only settings of build_app, at values that serve nothing.
+    # The serving settings build_server reads, at values that serve nothing (a worker has no binding).
     for name, value in {
         "port": 0,
         "grpc_port": None,
         "public_url": "http://localhost",
-        "keepalive": 15.0,
         "retention": None,
         "access_log": False,
         "worker": True,
     }.items():
         setattr(args, name, value)
     try:
-        app = build_app(args)
+        server = build_server(args)
     except (TargetError, ValueError) as exc:
         print(f"relaykit worker: {exc}", file=sys.stderr)
         return 2
-    server = app.state.relaykit
 
     async def main() -> int:
         try:

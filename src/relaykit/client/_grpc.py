@@ -35,10 +35,9 @@ from relaykit._errors import (
 )
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import A2AModel
+from relaykit._proto import FIRST_EVENT_ID, RESUME_FROM, SERVICE_NAME, decoder, encoder
 from relaykit._types import StreamResponse
 from relaykit.client._transport import A2A_VERSION, StreamEvent
-from relaykit.grpc._convert import decoder, encoder
-from relaykit.grpc._server import FIRST_EVENT_ID, RESUME_FROM, SERVICE_NAME
 
 __all__ = ["GrpcTransport", "grpc_error"]
 

@@ -13,17 +13,15 @@ work side by side in one process.
 >>> app = create_app(echo, grpc_url="localhost:50051")   # the card lists the GRPC interface
 >>> grpc_server = GrpcServer(app, port=50051)              # await grpc_server.start() next to the HTTP server
 
+gRPC only: serve the assembly without the HTTP app, ``GrpcServer(relaykit.assembly.assemble(echo), port=50051)``.
+
 Metadata conventions (see ``relaykit.grpc._server``): requests carry ``a2a-version`` (required), ``a2a-extensions``
 and, for SubscribeToTask, ``last-event-id``; streams answer with initial metadata ``a2a-first-event-id`` (message *k*
 has id first + *k*) and trailing metadata ``a2a-last-event-id``.
 """
 
-from relaykit.grpc._convert import POOL, from_proto, to_proto
+from relaykit._proto import FIRST_EVENT_ID, LAST_EVENT_ID, POOL, RESUME_FROM, SERVICE_NAME, from_proto, to_proto
 from relaykit.grpc._server import (
-    FIRST_EVENT_ID,
-    LAST_EVENT_ID,
-    RESUME_FROM,
-    SERVICE_NAME,
     Authenticator,
     GrpcBinding,
     GrpcServer,

@@ -42,33 +42,29 @@ from relaykit._errors import (
     InternalError,
     InvalidParamsError,
     VersionNotSupportedError,
+    invalid_params,
 )
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import Encoded
+from relaykit._proto import (
+    FIRST_EVENT_ID,
+    LAST_EVENT_ID,
+    POOL,
+    RESUME_FROM,
+    SERVICE_NAME,
+    decoder,
+    encode_event,
+    encoder,
+)
 from relaykit._types import SendMessageResponse
-from relaykit.grpc._convert import POOL, decoder, encode_event, encoder
-from relaykit.http._jsonrpc import invalid_params
 from relaykit.server._context import ANONYMOUS, CallContext
 from relaykit.server._handler import RequestHandler
 
-__all__ = [
-    "FIRST_EVENT_ID",
-    "LAST_EVENT_ID",
-    "RESUME_FROM",
-    "SERVICE_NAME",
-    "Authenticator",
-    "GrpcBinding",
-    "GrpcServer",
-    "error_status",
-]
+__all__ = ["Authenticator", "GrpcBinding", "GrpcServer", "error_status"]
 
 log = logging.getLogger("relaykit.grpc")
 
-SERVICE_NAME = "lf.a2a.v1.A2AService"
 SUPPORTED_VERSIONS = ("1.0",)
-FIRST_EVENT_ID = "a2a-first-event-id"  # initial metadata of a stream: the id of its first message
-LAST_EVENT_ID = "a2a-last-event-id"  # trailing metadata of a stream: the id of its last message
-RESUME_FROM = "last-event-id"  # request metadata of SubscribeToTask: resume after this event id
 
 # Who is calling, from the call's metadata: a principal name, or None for anonymous. Raise
 # AuthenticationRequiredError / PermissionDeniedError to refuse the call.
@@ -304,8 +300,9 @@ def _add_file(file: Any) -> None:
 class GrpcServer:
     """A ``grpc.aio`` server for one agent: A2AService, plus health checking and server reflection.
 
-    ``target`` is the ``A2AServer`` behind a ``create_app`` app (``app.state.relaykit``), the app itself, or a bare
-    ``RequestHandler``. ``start()`` starts the engine too (idempotent), so gRPC and HTTP share one engine and store.
+    ``target`` is an ``A2AServer`` (``relaykit.assembly.assemble(...)``, or ``app.state.relaykit`` of a
+    ``create_app`` app), such an app itself, or a bare ``RequestHandler``. ``start()`` starts the engine too
+    (idempotent), so gRPC and HTTP share one engine and store.
 
     >>> # grpc_server = GrpcServer(app, host="127.0.0.1", port=50051)
     >>> # await grpc_server.start(); ...; await grpc_server.stop(grace=5)

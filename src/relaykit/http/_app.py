@@ -1,105 +1,77 @@
 """``create_app``: an ASGI app serving an executor over JSON-RPC and HTTP+JSON, with its agent card and health.
 
 The app is Starlette composition (a route list), so it runs alone or mounts into an existing Starlette/FastAPI app.
+What it serves is an ``A2AServer`` from ``relaykit.assembly.assemble`` (engine, stores, bus, push): this module adds
+only the HTTP parts (routes, the card endpoint, health and readiness, the access log, lifespan glue).
+
 Its lifespan starts the engine (store open, orphan recovery) and drains it on shutdown. Mounted apps don't get
 lifespan events from their parent, so the first request starts the engine too; add
 ``relaykit_app.state.relaykit.lifespan`` to the parent's lifespan to also drain on shutdown.
+
+The card's JSON-RPC and HTTP+JSON URLs: ``public_url`` when given (``relaykit serve`` always gives one). Without it,
+the address the request reached the app at: the ASGI scope's scheme, the ``Host`` header (or the server address) and
+``root_path``, which holds the mount path (``/agent`` under ``Mount("/agent", app)``), as a framework's ``url_for``
+builds URLs. ``X-Forwarded-*`` headers are not read here: a proxy's address reaches the scope only through the ASGI
+server's own proxy-headers handling (uvicorn ``--forwarded-allow-ips``), or set ``public_url``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
-import inspect
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
 from email.utils import formatdate
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Mount, Route
 
-from relaykit._card import (
-    GRPC,
-    HTTP_JSON,
-    JSONRPC,
-    PROTOCOL_VERSION,
-    AgentCapabilities,
-    AgentCard,
-    AgentInterface,
-    AgentSkill,
-)
+from relaykit._card import HTTP_JSON, JSONRPC, AgentCard
+from relaykit.assembly._assemble import assemble, build_card, http_interfaces
+from relaykit.assembly._server import A2AServer
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus
-from relaykit.backends._url import open_push_store, open_store
-from relaykit.backends.memory import LocalEventBus
 from relaykit.http._asgi import Receive, Scope, Send, header, send_bytes
 from relaykit.http._jsonrpc import JSONRPCBinding
+from relaykit.http._push import JWKS_PATH, STATUS_PATH, JWKSEndpoint, PushStatusEndpoint
 from relaykit.http._rest import RESTBinding
-from relaykit.push._outbox import open_outbox
-from relaykit.push._sender import DeliveryPolicy, PushEvents, PushSender
-from relaykit.push._signing import PushSigner
-from relaykit.push._status import STATUS_PATH, JWKSEndpoint, PushStatusEndpoint
-from relaykit.server._agent import FunctionAgent
-from relaykit.server._engine import TaskEngine
+from relaykit.push._sender import DeliveryPolicy, PushEvents
 from relaykit.server._executor import AgentExecutor
-from relaykit.server._handler import ExtendedCardProvider, RequestHandler
+from relaykit.server._handler import ExtendedCardProvider
 
-__all__ = ["A2AServer", "build_card", "create_app"]
+__all__ = ["A2AServer", "build_card", "create_app", "http_app"]
 
 CARD_PATH = "/.well-known/agent-card.json"
-JWKS_PATH = "/.well-known/jwks.json"
+CARD_BASES = 8  # request base URLs whose encoded card is kept (a mount is reached by one or two names)
+_HOST = re.compile(r"(?:[A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def build_card(
-    executor: AgentExecutor,
-    card: AgentCard | None,
-    *,
-    public_url: str,
-    grpc_url: str | None = None,
-    streaming: bool = True,
-    push: bool = False,
-    extended: bool = False,
-) -> AgentCard:
-    """The served card: the given one (or one derived from the executor) with interfaces and capabilities filled."""
-    if card is None:
-        card = getattr(executor, "card", None)
-    if card is None:
-        name = getattr(executor, "name", None) or type(executor).__name__
-        doc = inspect.getdoc(executor.fn if isinstance(executor, FunctionAgent) else type(executor)) or ""
-        description = doc.strip().split("\n\n", 1)[0] or f"{name} agent"
-        card = AgentCard(
-            name=name,
-            description=description,
-            version="1.0.0",
-            skills=[AgentSkill(id=name, name=name, description=description, tags=["relaykit"])],
-        )
-    base = public_url.rstrip("/")
-    interfaces = [
-        # CONTRACT: JSON-RPC at {public-url}/, HTTP+JSON at {public-url} (routes at the root), gRPC as host:port.
-        AgentInterface(url=base + "/", protocol_binding=JSONRPC, protocol_version=PROTOCOL_VERSION),
-        AgentInterface(url=base, protocol_binding=HTTP_JSON, protocol_version=PROTOCOL_VERSION),
-    ]
-    if grpc_url:
-        interfaces.append(AgentInterface(url=grpc_url, protocol_binding=GRPC, protocol_version=PROTOCOL_VERSION))
-    caps = card.capabilities
-    capabilities = AgentCapabilities(
-        streaming=streaming if caps.streaming is None else caps.streaming and streaming,
-        push_notifications=push,
-        extensions=caps.extensions,
-        extended_agent_card=True if extended else caps.extended_agent_card,
-    )
-    return card.model_copy(update={"supported_interfaces": interfaces, "capabilities": capabilities})
+def request_base(scope: Scope) -> str:
+    """The URL the app is reached at for this request: scheme, host (and port), and the mount path (``root_path``)."""
+    scheme = str(scope.get("scheme") or "http")
+    raw = header(scope, b"host")
+    host = raw.decode("latin-1") if raw is not None else ""
+    if not _HOST.fullmatch(host):
+        # No Host header (HTTP/1.0), or not a host[:port]: the address the server accepted the connection on.
+        server = scope.get("server")
+        if server:
+            name, port = str(server[0]), server[1]
+            name = f"[{name}]" if ":" in name else name
+            host = name if port is None or _DEFAULT_PORTS.get(scheme) == port else f"{name}:{port}"
+        else:
+            host = "localhost"
+    return f"{scheme}://{host}{scope.get('root_path', '')}".rstrip("/")
 
 
-class _CardEndpoint:
-    """``GET /.well-known/agent-card.json`` with ETag, Cache-Control and Last-Modified; no A2A-Version needed."""
+class _RenderedCard:
+    """One card, encoded once, with its validators."""
 
-    def __init__(self, card: AgentCard, max_age: int = 300) -> None:
+    __slots__ = ("body", "etag", "headers")
+
+    def __init__(self, card: AgentCard, max_age: int) -> None:
         self.body = card.to_json()
         self.etag = b'"' + hashlib.sha256(self.body).hexdigest()[:32].encode() + b'"'
         self.headers = [
@@ -109,113 +81,67 @@ class _CardEndpoint:
             (b"access-control-allow-origin", b"*"),
         ]
 
+
+class _CardEndpoint:
+    """``GET /.well-known/agent-card.json`` with ETag, Cache-Control and Last-Modified; no A2A-Version needed.
+
+    ``follow_request``: the JSON-RPC and HTTP+JSON URLs name where this request reached the app (``request_base``);
+    each base's card is encoded once and the last ``CARD_BASES`` are kept. Otherwise the card is served as built.
+    """
+
+    def __init__(self, card: AgentCard, *, follow_request: bool = False, max_age: int = 300) -> None:
+        self.card = card
+        self.max_age = max_age
+        self.fixed = None if follow_request else _RenderedCard(card, max_age)
+        self._by_base: dict[str, _RenderedCard] = {}
+
+    def _for_base(self, base: str) -> _RenderedCard:
+        rendered = self._by_base.get(base)
+        if rendered is None:
+            # The GRPC interface (a host:port of its own) stays as built; only the HTTP ones follow the request.
+            others = [i for i in self.card.supported_interfaces if i.protocol_binding not in (JSONRPC, HTTP_JSON)]
+            card = self.card.model_copy(update={"supported_interfaces": [*http_interfaces(base), *others]})
+            rendered = _RenderedCard(card, self.max_age)
+            if len(self._by_base) >= CARD_BASES:
+                del self._by_base[next(iter(self._by_base))]  # the oldest: a bound, not a policy
+            self._by_base[base] = rendered
+        return rendered
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        rendered = self.fixed if self.fixed is not None else self._for_base(request_base(scope))
         match = header(scope, b"if-none-match")
-        if match is not None and self.etag in {m.strip() for m in match.split(b",")}:
-            await send({"type": "http.response.start", "status": 304, "headers": self.headers})
+        if match is not None and rendered.etag in {m.strip() for m in match.split(b",")}:
+            await send({"type": "http.response.start", "status": 304, "headers": rendered.headers})
             await send({"type": "http.response.body", "body": b""})
             return
-        await send_bytes(send, 200, self.body, b"application/json", self.headers)
+        await send_bytes(send, 200, rendered.body, b"application/json", rendered.headers)
 
 
-class A2AServer:
-    """The running parts behind an app: engine, handler, bindings. ``app.state.relaykit`` holds it."""
+# Endpoints are instances, not functions: Starlette routes treat functions and methods as request/response endpoints.
 
-    def __init__(
-        self, engine: TaskEngine, handler: RequestHandler, *, grace: float = 5.0, retention: float | None = None
-    ) -> None:
-        self.engine = engine
-        self.handler = handler
-        self.grace = grace
-        self.retention = retention
-        self.started = False
-        self.draining = False
-        self._lock = asyncio.Lock()
-        self._purger: asyncio.Task[None] | None = None
-        # One access line per request (CONTRACT: operation, task id, outcome, duration; off by default).
-        self.access_log = False
-        # Webhook targets opened past the SSRF guard (--push-allow), read by push delivery.
-        self.push_allow: tuple[str, ...] = ()
-        # Push delivery (None when push is off): started after the stores, stopped after the engine drained.
-        self.push_sender: PushSender | None = None
 
-    async def start(self) -> None:
-        """Open stores and recover orphans (idempotent)."""
-        if self.started:
-            return
-        async with self._lock:
-            if self.started:
-                return
-            await self.engine.start()
-            await self.handler.push_store.start()
-            if self.push_sender is not None:
-                await self.push_sender.start()
-            if self.retention:
-                self._purger = asyncio.create_task(self._purge_loop(self.retention), name="relaykit-retention")
-            self.started = True
+class _Health:
+    """``GET /healthz``: the process is alive."""
 
-    async def _purge_loop(self, retention: float) -> None:
-        # Purge at a tenth of the retention period (at most hourly), so nothing outlives it by much.
-        log = logging.getLogger("relaykit.retention")
-        while True:
-            try:
-                cutoff = datetime.now(UTC) - timedelta(seconds=retention)
-                removed = await self.engine.store.purge(cutoff)
-                if removed:
-                    log.info("purged %d terminal task(s) older than %s", removed, cutoff.isoformat())
-            except Exception:
-                log.exception("retention purge failed")
-            await asyncio.sleep(min(retention / 10, 3600.0))
-
-    async def stop(self) -> None:
-        """Drain running executions for the grace period, fail the rest, close stores."""
-        if not self.started:
-            return
-        self.draining = True
-        if self._purger is not None:
-            self._purger.cancel()
-            self._purger = None
-        await self.engine.shutdown(self.grace)
-        if self.push_sender is not None:
-            # After the engine: the notifications of its last events (e.g. "server shutdown") are queued by now.
-            await self.push_sender.stop(drain=min(self.grace, 2.0))
-        await self.handler.push_store.close()
-        self.started = False
-
-    @contextlib.asynccontextmanager
-    async def lifespan(self, app: Any = None) -> AsyncIterator[None]:
-        """A lifespan context for the app (or a parent app that mounts it)."""
-        await self.start()
-        try:
-            yield
-        finally:
-            await self.stop()
-
-    def guard(self, app: Any) -> _Guarded:
-        """Wrap a binding so the first request starts the engine when no lifespan ran (mounted apps)."""
-        return _Guarded(self, app)
-
-    async def healthz(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send_bytes(send, 200, b'{"status":"ok"}', b"application/json")
 
-    async def readyz(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # CONTRACT: ready = serving, not draining, and the store reachable (a store with a ping() is asked; the
-        # embedded stores are in-process and reachable whenever they are started).
-        ready = self.started and not self.draining and self.engine.accepting
-        reason = b"not started or draining"
-        ping = getattr(self.engine.store, "ping", None)
-        if ready and ping is not None:
-            try:
-                await asyncio.wait_for(ping(), timeout=2.0)
-            except Exception:
-                ready, reason = False, b"store unreachable"
-        if ready:
-            try:
-                await asyncio.wait_for(self.engine.bus.ping(), timeout=2.0)
-            except Exception:
-                ready, reason = False, b"event bus unreachable"
-        body = b'{"status":"ready"}' if ready else b'{"status":"not ready","reason":"' + reason + b'"}'
-        await send_bytes(send, 200 if ready else 503, body, b"application/json")
+
+class _Ready:
+    """``GET /readyz``: 200 when serving, not draining, and the store and bus reachable; 503 with the reason."""
+
+    __slots__ = ("server",)
+
+    def __init__(self, server: A2AServer) -> None:
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        reason = await self.server.unready_reason()
+        if reason is None:
+            await send_bytes(send, 200, b'{"status":"ready"}', b"application/json")
+            return
+        body = b'{"status":"not ready","reason":"' + reason.encode() + b'"}'
+        await send_bytes(send, 503, body, b"application/json")
 
 
 class _Guarded:
@@ -323,14 +249,32 @@ class _App(Starlette):
         await super().__call__(scope, receive, send)
 
 
-class _Endpoint:
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Any) -> None:
-        self.fn = fn
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.fn(scope, receive, send)
+def http_app(server: A2AServer, *, max_body: int = 10 * 1024 * 1024, keepalive: float = 15.0) -> Starlette:
+    """The ASGI app serving ``server`` (``relaykit.assembly.assemble``) over JSON-RPC and HTTP+JSON, with its card,
+    health, readiness and push endpoints; ``app.state.relaykit`` is ``server``. ``create_app`` is assemble + this."""
+    handler = server.handler
+    jsonrpc = _Guarded(server, JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive))
+    rest = _Guarded(server, RESTBinding(handler, max_body=max_body, keepalive=keepalive))
+    # JSON-RPC first: no other route matches POST / (the REST mount takes it only as a fallback), and _App calls
+    # the first route directly for that request.
+    rpc_route = Route("/", jsonrpc, methods=["POST"])
+    card = _CardEndpoint(handler.card, follow_request=server.public_url is None)
+    routes: list[BaseRoute] = [
+        rpc_route,
+        Route(CARD_PATH, card, methods=["GET", "HEAD"]),
+        Route("/healthz", _Health(), methods=["GET", "HEAD"]),
+        Route("/readyz", _Ready(server), methods=["GET", "HEAD"]),
+    ]
+    if server.push_signer is not None:
+        routes.append(Route(JWKS_PATH, JWKSEndpoint(server.push_signer), methods=["GET", "HEAD"]))
+    if server.push_sender is not None:
+        status = PushStatusEndpoint(server.push_sender, server.engine)
+        routes.append(Route(STATUS_PATH, _Guarded(server, status), methods=["GET"]))
+    routes.append(Mount("", app=rest))
+    app = _App(routes=routes, lifespan=server.lifespan)
+    app.rpc_route = rpc_route
+    app.state.relaykit = server
+    return app
 
 
 def create_app(
@@ -340,7 +284,7 @@ def create_app(
     store: TaskStore | str = "memory",
     push_store: PushConfigStore | None = None,
     bus: EventBus | str | None = None,
-    public_url: str = "http://localhost:8000",
+    public_url: str | None = None,
     grpc_url: str | None = None,
     push: bool = True,
     streaming: bool = True,
@@ -371,12 +315,23 @@ def create_app(
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root).
 
+    The engine, stores, bus and push delivery are ``relaykit.assembly.assemble(executor, **options)``; this adds
+    the HTTP app over it (``max_body``: request bodies over it get 413; ``keepalive``: SSE keep-alive seconds).
+
     >>> from relaykit import agent
     >>> from relaykit.http import create_app
     >>> @agent
     ... async def echo(context):
     ...     return context.text
     >>> app = create_app(echo)   # uvicorn module:app, or mount it in FastAPI
+
+    Store: ``store="memory"`` by default, so nothing survives a restart; pass ``store="sqlite:///relaykit.db"`` (what
+    ``relaykit serve`` uses by default), a PostgreSQL URL, or a ``TaskStore``.
+
+    Card: ``public_url`` is the base URL of its JSON-RPC and HTTP+JSON interfaces (and the push JWT issuer). Left
+    out, the card names the address each request reached the app at (scheme, ``Host``, mount path), so an app
+    mounted at ``/agent`` advertises ``…/agent``; set it when clients reach the agent by another name (a proxy).
+    ``grpc_url`` (``host:port``) adds the GRPC interface; serve it with ``relaykit.grpc.GrpcServer(app)``.
 
     Push notifications (``push=True``, the default): every task event (``push_events="all"``) or only state
     changes (``"state"``) is queued in the outbox (``push_outbox``; default: in the SQLite file of ``store``, or
@@ -392,97 +347,8 @@ def create_app(
     ``heartbeat`` seconds, default a fifth of the lease); a repeated messageId within ``idempotency_window``
     seconds gets the original result.
     """
-    redis_url = bus if isinstance(bus, str) and bus != "memory" else None
-    if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
-        raise ValueError(f"unknown bus {bus!r}: use memory or redis://…")
-    if isinstance(store, str):
-        task_store = open_store(store, namespace=namespace, shared=redis_url is not None)
-    else:
-        task_store = store
-    if push_store is None:
-        push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
-    sender: PushSender | None = None
-    signer: PushSigner | None = None
-    if push:
-        if push_signing_key is not None:
-            signer = PushSigner(push_signing_key, key_ids=push_key_id, issuer=public_url)
-        sender = PushSender(
-            push_store,
-            push_outbox if push_outbox is not None else open_outbox(task_store),
-            policy=push_policy,
-            events=push_events,
-            allow=tuple(push_allow),
-            signer=signer,
-        )
-        # Config writes go through the sender's cache, so the engine hook never reads the store per event.
-        push_store = sender.configs
-    event_bus: EventBus
-    if redis_url is not None:
-        from relaykit.backends.redis import RedisEventBus
-
-        event_bus = RedisEventBus(redis_url, namespace=namespace)
-    else:
-        event_bus = bus if bus is not None and not isinstance(bus, str) else LocalEventBus(replay=replay)
-    engine = TaskEngine(
-        executor,
-        store=task_store,
-        bus=event_bus,
-        executor_timeout=executor_timeout,
-        cancel_grace=cancel_grace,
-        max_concurrent=max_concurrent,
-        max_queued=max_queued,
-        max_subscribers=max_subscribers,
-    )
-    if redis_url is not None:
-        from relaykit.backends.redis import RedisWorkQueue
-        from relaykit.server._cluster import Cluster
-
-        cluster = Cluster(
-            engine,
-            RedisWorkQueue(redis_url, namespace=namespace, client=event_bus.client),  # type: ignore[attr-defined]
-            worker=worker,
-            lease=lease,
-            heartbeat=heartbeat if heartbeat is not None else lease / 5,
-            unstarted_after=unstarted_after if unstarted_after is not None else max(30.0, 3 * lease),
-            idempotency_window=idempotency_window,
-        )
-        if sender is not None:
-            cluster.share_push_configs(sender.configs)
-    if sender is not None:
-        sender.bind(engine)  # hooks engine.on_event once a push config may exist
-    served = build_card(
-        executor,
-        card,
-        public_url=public_url,
-        grpc_url=grpc_url,
-        streaming=streaming,
-        push=push,
-        extended=extended_card is not None,
-    )
-    handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card)
-    server = A2AServer(engine, handler, grace=grace, retention=retention)
-    server.access_log = access_log
-    server.push_allow = push_allow
-    server.push_sender = sender
-    if sender is not None:
-        handler.push_url_check = sender.check_config
-    jsonrpc = server.guard(JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive))
-    rest = server.guard(RESTBinding(handler, max_body=max_body, keepalive=keepalive))
-    # JSON-RPC first: no other route matches POST / (the REST mount takes it only as a fallback), and _App calls
-    # the first route directly for that request.
-    rpc_route = Route("/", jsonrpc, methods=["POST"])
-    routes: list[BaseRoute] = [
-        rpc_route,
-        Route(CARD_PATH, _CardEndpoint(served), methods=["GET", "HEAD"]),
-        Route("/healthz", _Endpoint(server.healthz), methods=["GET", "HEAD"]),
-        Route("/readyz", _Endpoint(server.readyz), methods=["GET", "HEAD"]),
-    ]
-    if signer is not None:
-        routes.append(Route(JWKS_PATH, JWKSEndpoint(signer), methods=["GET", "HEAD"]))
-    if sender is not None:
-        routes.append(Route(STATUS_PATH, server.guard(PushStatusEndpoint(sender, engine)), methods=["GET"]))
-    routes.append(Mount("", app=rest))
-    app = _App(routes=routes, lifespan=server.lifespan)
-    app.rpc_route = rpc_route
-    app.state.relaykit = server
-    return app
+    # Every option but the HTTP ones is assemble's, by the same name and default (tests/test_assembly.py checks the
+    # two signatures agree), so they are passed on as they came.
+    options = dict(locals())
+    del options["executor"], options["max_body"], options["keepalive"]
+    return http_app(assemble(executor, **options), max_body=max_body, keepalive=keepalive)

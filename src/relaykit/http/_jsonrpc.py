@@ -21,6 +21,7 @@ from relaykit._errors import (
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
+    invalid_params,
 )
 from relaykit._methods import OPERATIONS_BY_NAME
 from relaykit._model import A2AModel, Encoded
@@ -41,26 +42,12 @@ from relaykit.http._asgi import (
 )
 from relaykit.server._handler import RequestHandler
 
-__all__ = ["JSONRPCBinding", "invalid_params", "last_event_id"]
+__all__ = ["JSONRPCBinding", "last_event_id"]
 
 log = logging.getLogger("relaykit.jsonrpc")
 
 _JSON = b"application/json"
 _EMPTY = b"{}"
-
-
-def invalid_params(exc: ValidationError, prefix: str = "") -> InvalidParamsError:
-    """A pydantic validation failure as InvalidParams, naming each bad field the way the client spelled it."""
-    violations: list[tuple[str, str]] = []
-    for err in exc.errors(include_url=False, include_input=False):
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
-        msg = err["msg"].removeprefix("Value error, ")
-        violations.append((prefix + loc if loc else prefix.rstrip(".") or "(request)", msg))
-    first = violations[0]
-    summary = f"{first[0]}: {first[1]}" if first[0] else first[1]
-    if len(violations) > 1:
-        summary += f" (and {len(violations) - 1} more)"
-    return InvalidParamsError(f"invalid parameters: {summary}", field_violations=violations)
 
 
 def last_event_id(scope: Scope) -> int | None:

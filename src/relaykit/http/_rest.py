@@ -15,7 +15,14 @@ from typing import Any
 import pydantic_core
 from pydantic import ValidationError
 
-from relaykit._errors import A2AError, InternalError, InvalidParamsError, JSONParseError, MethodNotFoundError
+from relaykit._errors import (
+    A2AError,
+    InternalError,
+    InvalidParamsError,
+    JSONParseError,
+    MethodNotFoundError,
+    invalid_params,
+)
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import A2AModel, Encoded
 from relaykit.http._asgi import (
@@ -32,7 +39,7 @@ from relaykit.http._asgi import (
     stream_sse,
     tag_request,
 )
-from relaykit.http._jsonrpc import invalid_params, last_event_id
+from relaykit.http._jsonrpc import last_event_id
 from relaykit.server._handler import RequestHandler
 
 __all__ = ["RESTBinding"]

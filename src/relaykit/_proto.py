@@ -1,4 +1,11 @@
-"""Conversion between relaykit's pydantic models and the ``lf.a2a.v1`` protobuf messages.
+"""The gRPC wire, shared by the gRPC binding (``relaykit.grpc``) and the gRPC client transport: the names both ends
+use, and conversion between relaykit's pydantic models and the ``lf.a2a.v1`` protobuf messages.
+
+Wire names: ``SERVICE_NAME`` (the service every rpc is under); a stream's initial metadata ``FIRST_EVENT_ID`` (the
+event id of its first message; message *k* has that id + *k*) and trailing metadata ``LAST_EVENT_ID``; SubscribeToTask's
+request metadata ``RESUME_FROM`` (resume after that event id).
+
+Conversion:
 
 Two implementations, one contract:
 
@@ -35,7 +42,11 @@ from relaykit._model import A2AModel
 from relaykit._types import JSON_NULL
 
 __all__ = [
+    "FIRST_EVENT_ID",
+    "LAST_EVENT_ID",
     "POOL",
+    "RESUME_FROM",
+    "SERVICE_NAME",
     "decoder",
     "encode_event",
     "encoder",
@@ -48,6 +59,11 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=A2AModel)
+
+SERVICE_NAME = "lf.a2a.v1.A2AService"
+FIRST_EVENT_ID = "a2a-first-event-id"  # initial metadata of a stream: the id of its first message
+LAST_EVENT_ID = "a2a-last-event-id"  # trailing metadata of a stream: the id of its last message
+RESUME_FROM = "last-event-id"  # request metadata of SubscribeToTask: resume after this event id
 
 POOL = pb.POOL
 _MAX_EXACT = 2**53

@@ -1,0 +1,226 @@
+"""``assemble``: options in, one ``A2AServer`` out: task store, push config store, event bus, work queue (scale-out),
+engine, push delivery and signing, the agent card, the request handler.
+
+This is the composition root every way of serving attaches to: ``create_app`` (HTTP) adds its routes to the server
+it returns, ``GrpcServer`` its service, ``relaykit serve`` both, ``relaykit worker`` neither. So an HTTP-only, a
+gRPC-only and a dual server are the same assembly with bindings left out or added, and no binding builds engines,
+stores or buses of its own.
+
+Rules kept here once:
+
+* A store URL opens the task store and, beside it, the push config store and the push outbox (``store="memory"``
+  for all three unless given).
+* ``bus="redis://…"`` makes the server one replica of many: a Redis event bus plus a Redis work queue under a
+  ``Cluster`` (and the task store opened ``shared``); any other string but ``memory`` is refused.
+* With push on, config writes go through the ``PushSender``'s cache (the handler's push store *is* that cache), so
+  the engine hook never reads the store per event.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from relaykit._card import (
+    GRPC,
+    HTTP_JSON,
+    JSONRPC,
+    PROTOCOL_VERSION,
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+)
+from relaykit.assembly._server import A2AServer
+from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
+from relaykit.backends._bus import EventBus
+from relaykit.backends.memory import LocalEventBus
+from relaykit.backends._url import open_push_store, open_store
+from relaykit.push._outbox import open_outbox
+from relaykit.push._sender import DeliveryPolicy, PushEvents, PushSender
+from relaykit.push._signing import PushSigner
+from relaykit.server._agent import FunctionAgent
+from relaykit.server._engine import TaskEngine
+from relaykit.server._executor import AgentExecutor
+from relaykit.server._handler import ExtendedCardProvider, RequestHandler
+
+__all__ = ["DEFAULT_PUBLIC_URL", "assemble", "build_card", "http_interfaces"]
+
+# The base URL of the card (and the push JWT issuer) when none is given: ``relaykit serve``'s default address.
+DEFAULT_PUBLIC_URL = "http://localhost:8000"
+
+
+def http_interfaces(public_url: str) -> list[AgentInterface]:
+    """The card's JSON-RPC and HTTP+JSON interfaces for an app whose routes are at ``public_url``."""
+    base = public_url.rstrip("/")
+    # CONTRACT: JSON-RPC at {public-url}/, HTTP+JSON at {public-url} (routes at the root).
+    return [
+        AgentInterface(url=base + "/", protocol_binding=JSONRPC, protocol_version=PROTOCOL_VERSION),
+        AgentInterface(url=base, protocol_binding=HTTP_JSON, protocol_version=PROTOCOL_VERSION),
+    ]
+
+
+def build_card(
+    executor: AgentExecutor,
+    card: AgentCard | None,
+    *,
+    public_url: str,
+    grpc_url: str | None = None,
+    streaming: bool = True,
+    push: bool = False,
+    extended: bool = False,
+) -> AgentCard:
+    """The served card: the given one (or one derived from the executor) with interfaces and capabilities filled."""
+    if card is None:
+        card = getattr(executor, "card", None)
+    if card is None:
+        name = getattr(executor, "name", None) or type(executor).__name__
+        doc = inspect.getdoc(executor.fn if isinstance(executor, FunctionAgent) else type(executor)) or ""
+        description = doc.strip().split("\n\n", 1)[0] or f"{name} agent"
+        card = AgentCard(
+            name=name,
+            description=description,
+            version="1.0.0",
+            skills=[AgentSkill(id=name, name=name, description=description, tags=["relaykit"])],
+        )
+    interfaces = http_interfaces(public_url)
+    if grpc_url:
+        # CONTRACT: gRPC as a bare host:port.
+        interfaces.append(AgentInterface(url=grpc_url, protocol_binding=GRPC, protocol_version=PROTOCOL_VERSION))
+    caps = card.capabilities
+    capabilities = AgentCapabilities(
+        streaming=streaming if caps.streaming is None else caps.streaming and streaming,
+        push_notifications=push,
+        extensions=caps.extensions,
+        extended_agent_card=True if extended else caps.extended_agent_card,
+    )
+    return card.model_copy(update={"supported_interfaces": interfaces, "capabilities": capabilities})
+
+
+def assemble(
+    executor: AgentExecutor,
+    *,
+    card: AgentCard | None = None,
+    store: TaskStore | str = "memory",
+    push_store: PushConfigStore | None = None,
+    bus: EventBus | str | None = None,
+    public_url: str | None = None,
+    grpc_url: str | None = None,
+    push: bool = True,
+    streaming: bool = True,
+    extended_card: ExtendedCardProvider | None = None,
+    executor_timeout: float | None = None,
+    cancel_grace: float = 0.0,
+    grace: float = 5.0,
+    max_concurrent: int = 1000,
+    max_queued: int = 16,
+    max_subscribers: int = 64,
+    replay: int = 1000,
+    retention: float | None = None,
+    access_log: bool = False,
+    namespace: str = "relaykit",
+    push_allow: tuple[str, ...] = (),
+    push_events: PushEvents = "all",
+    push_policy: DeliveryPolicy | None = None,
+    push_signing_key: Any = None,
+    push_key_id: str | Sequence[str | None] | None = None,
+    push_outbox: PushOutbox | None = None,
+    worker: bool = True,
+    lease: float = 10.0,
+    heartbeat: float | None = None,
+    unstarted_after: float | None = None,
+    idempotency_window: float = 600.0,
+) -> A2AServer:
+    """The ``A2AServer`` for ``executor``, not yet started: serve it with any binding, or none (a worker).
+
+    >>> from relaykit import agent
+    >>> from relaykit.assembly import assemble
+    >>> @agent
+    ... async def echo(context):
+    ...     return context.text
+    >>> server = assemble(echo, grpc_url="localhost:50051")
+    >>> # grpc_server = relaykit.grpc.GrpcServer(server, port=50051)   # a gRPC-only agent
+
+    The options are ``create_app``'s (see there), less the HTTP ones. ``public_url`` (default ``DEFAULT_PUBLIC_URL``)
+    is the base of the card's JSON-RPC and HTTP+JSON interfaces and the push JWT issuer; ``grpc_url`` adds the
+    GRPC interface. The default store is ``memory`` (``relaykit serve`` defaults to SQLite).
+    """
+    redis_url = bus if isinstance(bus, str) and bus != "memory" else None
+    if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(f"unknown bus {bus!r}: use memory or redis://…")
+    base_url = public_url if public_url is not None else DEFAULT_PUBLIC_URL
+    if isinstance(store, str):
+        task_store = open_store(store, namespace=namespace, shared=redis_url is not None)
+    else:
+        task_store = store
+    if push_store is None:
+        push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
+    sender: PushSender | None = None
+    signer: PushSigner | None = None
+    if push:
+        if push_signing_key is not None:
+            signer = PushSigner(push_signing_key, key_ids=push_key_id, issuer=base_url)
+        sender = PushSender(
+            push_store,
+            push_outbox if push_outbox is not None else open_outbox(task_store),
+            policy=push_policy,
+            events=push_events,
+            allow=tuple(push_allow),
+            signer=signer,
+        )
+        # Config writes go through the sender's cache, so the engine hook never reads the store per event.
+        push_store = sender.configs
+    event_bus: EventBus
+    if redis_url is not None:
+        from relaykit.backends.redis import RedisEventBus
+
+        event_bus = RedisEventBus(redis_url, namespace=namespace)
+    else:
+        event_bus = bus if bus is not None and not isinstance(bus, str) else LocalEventBus(replay=replay)
+    engine = TaskEngine(
+        executor,
+        store=task_store,
+        bus=event_bus,
+        executor_timeout=executor_timeout,
+        cancel_grace=cancel_grace,
+        max_concurrent=max_concurrent,
+        max_queued=max_queued,
+        max_subscribers=max_subscribers,
+    )
+    if redis_url is not None:
+        from relaykit.backends.redis import RedisWorkQueue
+        from relaykit.server._cluster import Cluster
+
+        cluster = Cluster(
+            engine,
+            RedisWorkQueue(redis_url, namespace=namespace, client=event_bus.client),  # type: ignore[attr-defined]
+            worker=worker,
+            lease=lease,
+            heartbeat=heartbeat if heartbeat is not None else lease / 5,
+            unstarted_after=unstarted_after if unstarted_after is not None else max(30.0, 3 * lease),
+            idempotency_window=idempotency_window,
+        )
+        if sender is not None:
+            cluster.share_push_configs(sender.configs)
+    if sender is not None:
+        sender.bind(engine)  # hooks engine.on_event once a push config may exist
+    served = build_card(
+        executor,
+        card,
+        public_url=base_url,
+        grpc_url=grpc_url,
+        streaming=streaming,
+        push=push,
+        extended=extended_card is not None,
+    )
+    handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card)
+    if sender is not None:
+        handler.push_url_check = sender.check_config
+    server = A2AServer(engine, handler, grace=grace, retention=retention)
+    server.access_log = access_log
+    server.push_allow = push_allow
+    server.push_sender = sender
+    server.push_signer = signer
+    server.public_url = public_url
+    return server

@@ -1,0 +1,134 @@
+"""``A2AServer``: the running parts of one agent, whatever serves it, and their lifecycle.
+
+Invariants:
+
+* One ``A2AServer`` per agent process; every binding attached to it (the HTTP app, a ``GrpcServer``) shares its
+  engine, handler, stores and push delivery, so there is one engine, one store and one drain.
+* ``start()`` is idempotent and safe to race (HTTP's lifespan, a mounted app's first request and a gRPC server may
+  all call it): stores open and orphans are recovered once. Push delivery starts after the stores.
+* ``stop()`` drains the engine first (running executions get ``grace`` seconds, the rest FAIL), then push delivery
+  (the notifications of the engine's last events are queued by then), then closes the push store.
+* Nothing here knows a transport: the HTTP endpoints (health, readiness, card) live in ``relaykit.http``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from relaykit.push._sender import PushSender
+from relaykit.push._signing import PushSigner
+from relaykit.server._engine import TaskEngine
+from relaykit.server._handler import RequestHandler
+
+__all__ = ["A2AServer"]
+
+_READY_TIMEOUT = 2.0  # seconds a readiness probe waits for the store's or the bus's ping
+
+
+class A2AServer:
+    """The running parts behind an app: engine, handler, push delivery. ``app.state.relaykit`` holds it.
+
+    Made by ``relaykit.assembly.assemble`` (or ``create_app``, which assembles one and serves it over HTTP);
+    ``relaykit.grpc.GrpcServer(server)`` serves the same one over gRPC.
+
+    >>> # server = assemble(echo); await server.start(); ...; await server.stop()
+    """
+
+    def __init__(
+        self, engine: TaskEngine, handler: RequestHandler, *, grace: float = 5.0, retention: float | None = None
+    ) -> None:
+        self.engine = engine
+        self.handler = handler
+        self.grace = grace
+        self.retention = retention
+        self.started = False
+        self.draining = False
+        self._lock = asyncio.Lock()
+        self._purger: asyncio.Task[None] | None = None
+        # One access line per request (CONTRACT: operation, task id, outcome, duration; off by default).
+        self.access_log = False
+        # Webhook targets opened past the SSRF guard (--push-allow), read by push delivery.
+        self.push_allow: tuple[str, ...] = ()
+        # Push delivery (None when push is off): started after the stores, stopped after the engine drained.
+        self.push_sender: PushSender | None = None
+        # Signs webhook deliveries (None without a signing key); the HTTP app publishes its JWKS.
+        self.push_signer: PushSigner | None = None
+        # The base URL the card was built with; None when none was given, and the HTTP app then advertises the
+        # address it is reached at (its mount path included).
+        self.public_url: str | None = None
+
+    async def start(self) -> None:
+        """Open stores and recover orphans (idempotent)."""
+        if self.started:
+            return
+        async with self._lock:
+            if self.started:
+                return
+            await self.engine.start()
+            await self.handler.push_store.start()
+            if self.push_sender is not None:
+                await self.push_sender.start()
+            if self.retention:
+                self._purger = asyncio.create_task(self._purge_loop(self.retention), name="relaykit-retention")
+            self.started = True
+
+    async def _purge_loop(self, retention: float) -> None:
+        # Purge at a tenth of the retention period (at most hourly), so nothing outlives it by much.
+        log = logging.getLogger("relaykit.retention")
+        while True:
+            try:
+                cutoff = datetime.now(UTC) - timedelta(seconds=retention)
+                removed = await self.engine.store.purge(cutoff)
+                if removed:
+                    log.info("purged %d terminal task(s) older than %s", removed, cutoff.isoformat())
+            except Exception:
+                log.exception("retention purge failed")
+            await asyncio.sleep(min(retention / 10, 3600.0))
+
+    async def stop(self) -> None:
+        """Drain running executions for the grace period, fail the rest, close stores."""
+        if not self.started:
+            return
+        self.draining = True
+        if self._purger is not None:
+            self._purger.cancel()
+            self._purger = None
+        await self.engine.shutdown(self.grace)
+        if self.push_sender is not None:
+            # After the engine: the notifications of its last events (e.g. "server shutdown") are queued by now.
+            await self.push_sender.stop(drain=min(self.grace, 2.0))
+        await self.handler.push_store.close()
+        self.started = False
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Any = None) -> AsyncIterator[None]:
+        """A lifespan context for the app (or a parent app that mounts it)."""
+        await self.start()
+        try:
+            yield
+        finally:
+            await self.stop()
+
+    async def unready_reason(self) -> str | None:
+        """``None`` when ready to serve; otherwise why not (CONTRACT: not started, draining, store or bus down).
+
+        A store with a ``ping()`` is asked; the embedded stores are in-process and reachable whenever started.
+        """
+        if not (self.started and not self.draining and self.engine.accepting):
+            return "not started or draining"
+        ping = getattr(self.engine.store, "ping", None)
+        if ping is not None:
+            try:
+                await asyncio.wait_for(ping(), timeout=_READY_TIMEOUT)
+            except Exception:
+                return "store unreachable"
+        try:
+            await asyncio.wait_for(self.engine.bus.ping(), timeout=_READY_TIMEOUT)
+        except Exception:
+            return "event bus unreachable"
+        return None
