@@ -92,7 +92,8 @@ def test_quickstart_is_two_commands_that_exist(echo_url: str) -> None:
     root = README.parent
     assert (root / "examples/echo.py").is_file()
     script = root / "scripts/test"
-    assert script.is_file() and script.stat().st_mode & 0o111, "./scripts/test must be executable"
+    assert script.is_file()
+    assert script.stat().st_mode & 0o111, "./scripts/test must be executable"
     assert "./scripts/test" in (root / ".ci/run").read_text().split(), ".ci/run must run the README's test command"
     # The served demo is the one the quickstart names (echo_url runs `relaykit serve examples/echo.py`).
     card = json.loads(_run(_curl_lines()[0], echo_url))

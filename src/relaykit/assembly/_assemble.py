@@ -35,8 +35,8 @@ from relaykit._card import (
 from relaykit.assembly._server import A2AServer
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus
-from relaykit.backends.memory import LocalEventBus
 from relaykit.backends._url import open_push_store, open_store
+from relaykit.backends.memory import LocalEventBus
 from relaykit.push._outbox import open_outbox
 from relaykit.push._sender import DeliveryPolicy, PushEvents, PushSender
 from relaykit.push._signing import PushSigner
