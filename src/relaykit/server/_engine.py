@@ -10,14 +10,15 @@ the cluster when the engine scales out, else down its layers, one module per con
 
 The layers are classes stacked over the one engine object (``TaskEngine`` → ``Runner`` → ``Cancellation`` →
 ``Recorder``, beside ``Readers``): every call stays a plain method call, nothing forwards on the per-event path, and a
-layer calls only itself and the layers below it. A request goes down once and comes back up once: ``send`` admits
+layer calls only itself and the layers below it (mypy holds it to that: each layer declares only the state it uses, so
+a call upward does not type-check). A request goes down once and comes back up once: ``send`` admits
 the message and awaits its outcome, the runner executes it, and the executor's events go down through the recorder to
 the store, the bus and the push hook.
 
 Invariants:
 
-* a clean shutdown leaves no task WORKING: executions still running after the grace are failed, and waiting
-  messages are refused;
+* a clean shutdown leaves no task SUBMITTED or WORKING: executions still running after the grace are failed, and
+  waiting messages are refused;
 * replicas (scale-out) share the store: a task left active is recovered by lease, never by a blanket "server
   restarted" at start.
 """
