@@ -369,6 +369,18 @@ def test_push_status_takes_headers_and_token_as_the_other_commands_do() -> None:
         assert "a header is NAME:VALUE, not 'no colon'" in result.stderr
 
 
+def _wait_asleep(pid: int, timeout: float = 5.0) -> None:
+    """Wait (bounded) until the process sleeps, here: blocked reading the terminal after printing its prompt.
+
+    CPython's ``input()`` checks for signals only when its blocking read is interrupted, so a SIGINT that lands
+    between the prompt being written and the read starting waits for the next key. A person cannot type that fast;
+    a test on a loaded machine can, so it sends Ctrl-C only once the read has begun."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "S":
+        assert time.monotonic() < deadline, f"process {pid} did not block on the terminal within {timeout:g} s"
+        time.sleep(0.01)
+
+
 def test_ctrl_c_at_the_chat_prompt_ends_the_chat(examples: dict[str, str]) -> None:
     master, slave = pty.openpty()
 
@@ -394,8 +406,15 @@ def test_ctrl_c_at_the_chat_prompt_ends_the_chat(examples: dict[str, str]) -> No
             assert remaining > 0, shown
             if select.select([master], [], [], remaining)[0]:
                 shown += os.read(master, 4096)
+        _wait_asleep(proc.pid)
         os.write(master, b"\x03")  # Ctrl-C, once
-        assert proc.wait(timeout=STOP_TIMEOUT) == 130
+        try:
+            code = proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            while select.select([master], [], [], 0.5)[0]:
+                shown += os.read(master, 4096)
+            raise AssertionError(f"chat still running after Ctrl-C; the terminal showed {shown!r}") from None
+        assert code == 130, shown
     finally:
         if proc.poll() is None:
             proc.kill()
