@@ -10,7 +10,8 @@ Behaviour a caller relies on:
 * idempotent operations retry on connection errors and 502/503/504; SendMessage only when ``retry_send`` is on
   (same messageId, for servers that de-duplicate it);
 * ``ask()`` follows a task to its end, answering INPUT_REQUIRED through ``on_input_required`` when given, and raises
-  ``A2ATaskFailedError`` / ``A2ATaskRejectedError`` / ``A2ATaskAuthRequiredError`` for those outcomes.
+  ``A2ATaskFailedError`` / ``A2ATaskRejectedError`` / ``A2ATaskAuthRequiredError`` / ``A2ATaskInputRequiredError``
+  (all in ``relaykit.errors``) for those outcomes.
 
 Modules: this one holds ``Client`` (and re-exports the policies); ``_policies`` ``RetryPolicy`` / ``ResumePolicy`` and
 what counts as retryable; ``_stream_view`` ``StreamView``, the de-duplication that makes a resumed stream one stream.
@@ -34,7 +35,7 @@ from relaykit._errors import (
     A2AReconnectError,
     A2ATaskAuthRequiredError,
     A2ATaskFailedError,
-    A2ATaskOutcomeError,
+    A2ATaskInputRequiredError,
     A2ATaskRejectedError,
     UnsupportedOperationError,
 )
@@ -67,7 +68,7 @@ from relaykit.client._policies import ResumePolicy, RetryPolicy, retryable
 from relaykit.client._stream_view import Event, StreamView
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport, StreamEvent
 
-__all__ = ["A2ATaskInputRequiredError", "Client", "ResumePolicy", "RetryPolicy"]
+__all__ = ["Client", "ResumePolicy", "RetryPolicy"]
 
 InputHandler = Callable[[Task], Awaitable[Message | str] | Message | str]
 
@@ -83,10 +84,6 @@ DEFAULT_TRANSPORTS: tuple[str, ...] = ("JSONRPC", "HTTP+JSON", *(("GRPC",) if _g
 # The default policies: frozen, so every client may share one instance of each.
 _DEFAULT_RETRY = RetryPolicy()
 _DEFAULT_RESUME = ResumePolicy()
-
-
-class A2ATaskInputRequiredError(A2ATaskOutcomeError):
-    """``ask()`` reached INPUT_REQUIRED and no ``on_input_required`` handler answered it."""
 
 
 class Client:
