@@ -59,6 +59,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
     p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
     p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
+    p.add_argument("--inspector", action="store_true", help="serve the web inspector at /inspector/")
     add_cluster_options(p)
     p.add_argument(
         "--worker",
@@ -181,6 +182,7 @@ def build_app(args: argparse.Namespace) -> Any:
         lease=args.lease,
         heartbeat=args.heartbeat,
         idempotency_window=args.idempotency_window,
+        inspector=getattr(args, "inspector", False),
         **_push_kwargs(args),
     )
 
@@ -224,6 +226,8 @@ def run_serve(args: argparse.Namespace) -> int:
     print(
         f"relaykit: serving {args.target} — agent card at {public.rstrip('/')}/.well-known/agent-card.json", flush=True
     )
+    if getattr(args, "inspector", False):
+        print(f"relaykit: inspector at {public.rstrip('/')}/inspector/", flush=True)
 
     async def main() -> int:
         # Open the store (and take its single-owner lock) before listening, so a refusal is one clear line,

@@ -21,6 +21,8 @@ from email.utils import formatdate
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from relaykit._card import (
@@ -33,6 +35,7 @@ from relaykit._card import (
     AgentInterface,
     AgentSkill,
 )
+from relaykit._openapi import OPENAPI_PATH, openapi_json
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus, LocalEventBus
 from relaykit.backends._url import open_push_store, open_store
@@ -322,6 +325,18 @@ class _App(Starlette):
         await super().__call__(scope, receive, send)
 
 
+def _openapi_endpoint(card: AgentCard, public_url: str) -> Any:
+    """``GET /openapi.json`` (relaykit._openapi), built on first use: most apps are never asked for it."""
+    body: list[bytes] = []
+
+    async def endpoint(request: Request) -> Response:
+        if not body:
+            body.append(openapi_json(server_url=public_url, title=card.name, description=card.description))
+        return Response(body[0], media_type="application/json", headers={"access-control-allow-origin": "*"})
+
+    return endpoint
+
+
 class _Endpoint:
     __slots__ = ("fn",)
 
@@ -367,6 +382,7 @@ def create_app(
     heartbeat: float | None = None,
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
+    inspector: bool = False,
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root).
 
@@ -390,6 +406,9 @@ def create_app(
     unless ``worker=False``. A worker's claim on a task lapses ``lease`` seconds after its last heartbeat (every
     ``heartbeat`` seconds, default a fifth of the lease); a repeated messageId within ``idempotency_window``
     seconds gets the original result.
+
+    ``GET /openapi.json`` describes the HTTP+JSON binding (OpenAPI 3.1); ``inspector=True`` mounts the web
+    inspector (``relaykit.inspector``) for this agent at ``/inspector/``.
     """
     redis_url = bus if isinstance(bus, str) and bus != "memory" else None
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
@@ -480,6 +499,11 @@ def create_app(
         routes.append(Route(JWKS_PATH, JWKSEndpoint(signer), methods=["GET", "HEAD"]))
     if sender is not None:
         routes.append(Route(STATUS_PATH, server.guard(PushStatusEndpoint(sender, engine)), methods=["GET"]))
+    routes.append(Route(OPENAPI_PATH, _openapi_endpoint(served, public_url), methods=["GET", "HEAD"]))
+    if inspector:
+        from relaykit.inspector import inspector_routes
+
+        routes.extend(inspector_routes())
     routes.append(Mount("", app=rest))
     app = _App(routes=routes, lifespan=server.lifespan)
     app.rpc_route = rpc_route
