@@ -34,7 +34,9 @@ OPENAPI_PATH = "/openapi.json"
 CARD_PATH = "/.well-known/agent-card.json"
 _REF = "#/components/schemas/{model}"
 _A2A_JSON = "application/a2a+json"
-_PATH_PARAM = {"type": "string", "pattern": "^[^/:]+$"}  # one segment; ":cancel" / ":subscribe" follow it
+# One path segment: ":cancel" / ":subscribe" follow it, and the router does not take control characters (a
+# percent-encoded newline never reaches the binding).
+_PATH_PARAM = {"type": "string", "pattern": "^[^/:\\u0000-\\u001f]+$"}
 
 
 @functools.cache
@@ -118,7 +120,8 @@ def _error_responses() -> dict[str, Any]:
     by_status.setdefault(415, []).append("unsupported Content-Type (INVALID_REQUEST)")
     content = {_A2A_JSON: {"schema": {"$ref": _REF.format(model="A2AError")}}}
     return {
-        str(status): {"description": "; ".join(names), "content": content} for status, names in sorted(by_status.items())
+        str(status): {"description": "; ".join(names), "content": content}
+        for status, names in sorted(by_status.items())
     }
 
 
@@ -131,7 +134,7 @@ def _path_names(route: Route) -> list[str]:
 
 def _without(model: str, dropped: list[str]) -> dict[str, Any]:
     """The body schema of ``model`` with the path variables removed (they come from the path)."""
-    schema = copy.deepcopy(_schemas()[model])
+    schema: dict[str, Any] = copy.deepcopy(_schemas()[model])
     for name in dropped:
         schema.get("properties", {}).pop(name, None)
     if "required" in schema:

@@ -64,7 +64,10 @@ def run_inspect(args: argparse.Namespace) -> int:
         print(f"relaykit inspect: cannot listen on {HOST}:{args.port}: {why}", file=sys.stderr)
         return 2
     app = create_inspector(args.url, headers=tuple(args.header))
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, lifespan="off")
+    # Open page streams end with the process: a short graceful-shutdown bound, not uvicorn's wait-for-ever.
+    config = uvicorn.Config(
+        app, log_level=args.log_level, access_log=False, lifespan="off", timeout_graceful_shutdown=2
+    )
     server = _Server(config, f"http://{HOST}:{sock.getsockname()[1]}/", args.url)
     try:
         asyncio.run(server.serve(sockets=[sock]))
@@ -97,3 +100,10 @@ class _Server(_Base):  # type: ignore[misc]
         self.started_ok = not self.should_exit
         if self.started_ok:
             print(f"relaykit: inspector for {self.target} at {self.address}", flush=True)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises a captured SIGTERM/SIGINT after shutdown; stopping the inspector is a success (exit 0).
+        captured = getattr(self, "_captured_signals", None)
+        if captured is not None:
+            captured.clear()

@@ -244,9 +244,7 @@ def _ndjson(produce: Any) -> Response:
     )
 
 
-def create_inspector(
-    target: str = "", *, headers: tuple[tuple[str, str], ...] = (), locked: bool = False
-) -> Starlette:
+def create_inspector(target: str = "", *, headers: tuple[tuple[str, str], ...] = (), locked: bool = False) -> Starlette:
     """The inspector as an ASGI app: for the agent at ``target`` (``relaykit inspect``), or, ``locked``, for the
     agent it is mounted in (``relaykit serve --inspector`` mounts it at ``/inspector/``).
 

@@ -133,7 +133,9 @@ async def raw_request(client: Client, http: httpx.AsyncClient, spec: Any) -> Asy
     started = time.perf_counter()
     yield {"request": {"method": method, "url": url, "headers": headers}, "time": _now()}
     try:
-        async with http.stream(method, url, content=content, headers=headers, timeout=httpx.Timeout(None, connect=5.0)) as response:
+        async with http.stream(
+            method, url, content=content, headers=headers, timeout=httpx.Timeout(None, connect=5.0)
+        ) as response:
             yield {
                 "status": response.status_code,
                 "headers": [[k, v] for k, v in response.headers.items()],

@@ -251,7 +251,9 @@ async def check_card(session: Session, http: httpx.AsyncClient) -> tuple[dict[st
         if row["status"] == "reachable":
             findings.append(_finding("ok", where, f"{row['binding']} at {row['url']} is reachable ({row['detail']})"))
         elif row["status"] == "unreachable":
-            findings.append(_finding("error", where, f"{row['binding']} at {row['url']} is unreachable: {row['detail']}"))
+            findings.append(
+                _finding("error", where, f"{row['binding']} at {row['url']} is unreachable: {row['detail']}")
+            )
         else:
             findings.append(_finding("info", where, f"{row['binding']} at {row['url']}: {row['detail']}"))
     findings.extend(await _signatures(card, http))

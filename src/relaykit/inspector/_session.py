@@ -108,9 +108,8 @@ class Session:
         if self.transport == "auto":
             return DEFAULT_TRANSPORTS
         if self.transport not in DEFAULT_TRANSPORTS:
-            raise SessionError(
-                f"transport {self.transport} is not available here (this inspector speaks {', '.join(DEFAULT_TRANSPORTS)})"
-            )
+            spoken = ", ".join(DEFAULT_TRANSPORTS)
+            raise SessionError(f"transport {self.transport} is not available here (this inspector speaks {spoken})")
         return (self.transport,)
 
 

@@ -200,7 +200,8 @@ function record(taskId, entry) {
   if (!state.timelines.has(key)) {
     state.timelines.set(key, []);
     $("tl-task").append(h("option", { value: key, text: key }));
-    if (!$("tl-task").value) $("tl-task").value = key;
+    $("tl-task").value = key; // the newest task is the one being watched
+    if (!$("view-timeline").hidden) renderTimeline();
   }
   const full = { n: ++state.seq, time: entry.time || new Date().toISOString(), ...entry };
   if (entry.event) {
@@ -553,6 +554,7 @@ function afterTurn(bubble, final) {
 async function runStream(op, params, sink, lastEventId, signal) {
   let source = { op, params, lastEventId };
   let taskId = params.id || params.message?.taskId || null;
+  const continuing = !!params.message?.taskId;
   let last = lastEventId;
   let final = null;
   for (let attempt = 0; ; attempt++) {
@@ -567,7 +569,10 @@ async function runStream(op, params, sink, lastEventId, signal) {
           sink.event(line.event);
           if (state.chat.running && state.chat.running.bubble === sink && taskId) state.chat.running.taskId = taskId;
           const now = stateOf(line.event);
-          if (now) final = now;
+          // A message to an interrupted task starts with the task as it was (still INPUT_REQUIRED): that state is
+          // stale until the agent reports a new one.
+          const stale = continuing && line.event.task && INTERRUPTED.has(now);
+          if (now && !stale) final = now;
           if (line.event.message && !taskId) final = "MESSAGE";
           if (final && (TERMINAL.has(final) || final === "MESSAGE" || (INTERRUPTED.has(final) && op !== "SubscribeToTask"))) return final;
         } else if (line.error) {

@@ -1,0 +1,251 @@
+"""The inspector in headless Chromium, against the example agents (``relaykit serve … --inspector``), a deliberately
+bad card and an a2a-sdk 1.3.0 agent (``relaykit inspect``). Every wait is bounded (``PAGE_TIMEOUT_MS``); each test
+writes screenshots of the pages it visits (see conftest)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from support.servers import HOST, ServerProcess, free_port
+
+from inspector._browser import shot
+
+pytestmark = pytest.mark.browser
+
+Agents = dict[str, ServerProcess]
+
+
+def open_inspector(page: Any, url: str) -> None:
+    """Load the page and wait until it has connected (the card's findings are listed)."""
+    page.goto(url)
+    page.wait_for_selector("#findings li")
+
+
+def chat(page: Any, text: str) -> Any:
+    """Type ``text`` in the chat and send it with Enter; the new agent bubble."""
+    page.get_by_role("tab", name="Chat").click()
+    box = page.get_by_label("Message", exact=True)
+    box.fill(text)
+    box.press("Enter")
+    return page.locator("#transcript li[data-role=agent]").last
+
+
+def sse_ids(page: Any) -> list[str]:
+    page.get_by_role("tab", name="Timeline").click()
+    return [cell.strip() for cell in page.locator("#timeline tbody td.sse-id").all_inner_texts()]
+
+
+# --- card -------------------------------------------------------------------------------------------------------
+
+
+def test_card_page_shows_the_agent_and_its_findings(page: Any, agents: Agents) -> None:
+    open_inspector(page, agents["echo"].url + "/inspector/")
+    assert page.locator("#card-name").inner_text() == "echo"
+    assert page.locator("#findings li[data-level=error]").count() == 0
+    assert page.locator("#interfaces tbody tr").count() == 2
+    assert page.locator("#interfaces tbody").inner_text().count("reachable") == 2
+    shot(page, "card-echo")
+
+
+class _BadCard(BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def bad_card() -> Iterator[str]:
+    """A server whose card lacks required fields and names an interface nobody listens on."""
+    card = {
+        "name": "broken-agent",
+        "description": "",
+        "supportedInterfaces": [
+            {"url": f"http://{HOST}:{free_port()}/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
+        "capabilities": {},
+        "skills": [{"id": "s", "name": "s"}],
+    }
+    handler = type("BadCard", (_BadCard,), {"body": json.dumps(card).encode()})
+    server = ThreadingHTTPServer((HOST, 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{HOST}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_bad_card_shows_validation_findings(page: Any, agents: Agents, bad_card: str) -> None:
+    # ``relaykit inspect`` may be pointed anywhere from the page: type the bad agent's URL and connect.
+    open_inspector(page, agents["inspect"].url + "/")
+    page.get_by_label("Agent URL").fill(bad_card)
+    page.get_by_role("button", name="Connect").click()
+    page.wait_for_function("() => document.getElementById('card-name').textContent === 'broken-agent'")
+    errors = page.locator("#findings li[data-level=error]")
+    text = errors.all_inner_texts()
+    assert any("version" in t and "required" in t for t in text), text
+    assert any("defaultInputModes" in t for t in text), text
+    assert any("skills[0].tags" in t for t in text), text
+    assert any("unreachable" in t for t in text), text
+    shot(page, "card-bad")
+
+
+# --- chat -------------------------------------------------------------------------------------------------------
+
+
+def test_chat_with_echo_by_keyboard_alone(page: Any, agents: Agents) -> None:
+    open_inspector(page, agents["echo"].url + "/inspector/")
+    page.focus("#tab-card")
+    page.keyboard.press("ArrowRight")  # the tab list moves with arrow keys
+    assert page.evaluate("() => document.activeElement.id") == "tab-chat"
+    assert page.locator("#view-chat").is_visible()
+    for _ in range(10):  # Tab on to the message box
+        page.keyboard.press("Tab")
+        if page.evaluate("() => document.activeElement.id") == "chat-text":
+            break
+    assert page.evaluate("() => document.activeElement.id") == "chat-text"
+    page.keyboard.type("hello from the keyboard")
+    page.keyboard.press("Enter")
+    bubble = page.locator("#transcript li[data-role=agent]").last
+    bubble.locator("[data-state=COMPLETED]").wait_for()
+    assert "hello from the keyboard" in bubble.locator(".artifacts").inner_text()
+    shot(page, "chat-echo")
+
+
+def test_stream_shows_chunks_live_and_the_timeline_lists_sse_ids(page: Any, agents: Agents) -> None:
+    open_inspector(page, agents["stream"].url + "/inspector/")
+    bubble = chat(page, "5")
+    # Chunks arrive STREAM_DELAY apart: the page must show the first ones while the task is still WORKING.
+    page.wait_for_function(
+        """() => {
+            const bubble = [...document.querySelectorAll('#transcript li[data-role=agent]')].pop();
+            if (!bubble) return false;
+            const text = bubble.querySelector('.artifacts').textContent;
+            return text.includes('chunk 1') && !text.includes('chunk 4')
+                && bubble.querySelector('[data-state]')?.dataset.state === 'WORKING';
+        }"""
+    )
+    shot(page, "chat-stream-live")
+    bubble.locator("[data-state=COMPLETED]").wait_for()
+    assert bubble.locator(".artifacts").inner_text().count("chunk") == 5
+    ids = sse_ids(page)
+    assert len(ids) == 7, ids  # the task, five chunks, COMPLETED
+    assert all(i.isdigit() for i in ids), ids
+    assert [int(i) for i in ids] == sorted(int(i) for i in ids)
+    kinds = page.locator("#timeline tbody tr").evaluate_all("rows => rows.map(r => r.dataset.kind)")
+    assert kinds.count("artifactUpdate") == 5
+    shot(page, "timeline-stream")
+
+
+def test_an_input_required_question_is_answered_in_the_page(page: Any, agents: Agents) -> None:
+    open_inspector(page, agents["ask"].url + "/inspector/")
+    first = chat(page, "hi")
+    first.locator("[data-state=INPUT_REQUIRED]").wait_for()
+    banner = page.locator("#chat-pending")
+    banner.wait_for()
+    assert "What is your name?" in banner.inner_text()
+    shot(page, "chat-ask-question")
+    second = chat(page, "Ada")
+    second.locator("[data-state=COMPLETED]").wait_for()
+    assert "Nice to meet you, Ada!" in second.inner_text()
+    assert banner.is_hidden()
+    # The same task answered: both bubbles name one task id.
+    assert first.get_attribute("data-task") == second.get_attribute("data-task")
+    shot(page, "chat-ask-answered")
+
+
+def test_cancel_turns_the_task_canceled(page: Any, agents: Agents) -> None:
+    open_inspector(page, agents["slow"].url + "/inspector/")
+    bubble = chat(page, "take your time")
+    bubble.locator("[data-state=WORKING]").wait_for()
+    page.get_by_role("button", name="Cancel the task").click()
+    bubble.locator("[data-state=CANCELED]").wait_for()
+    task_id = bubble.get_attribute("data-task")
+    # The task list agrees.
+    page.get_by_role("tab", name="Tasks").click()
+    row = page.locator(f"#task-list tbody tr[data-task='{task_id}']")
+    row.locator("[data-state=CANCELED]").wait_for()
+    shot(page, "chat-cancel")
+
+
+# --- tasks, console, zoom -----------------------------------------------------------------------------------------
+
+
+def test_tasks_page_and_console(page: Any, agents: Agents) -> None:
+    open_inspector(page, agents["echo"].url + "/inspector/")
+    chat(page, "for the task list").locator("[data-state=COMPLETED]").wait_for()
+    page.get_by_role("tab", name="Tasks").click()
+    page.locator("#task-list tbody tr").first.wait_for()
+    page.locator("#task-list tbody tr button").first.click()
+    page.locator("#task-detail").wait_for()
+    task_id = page.locator("#td-id").inner_text()
+    assert page.locator("#td-history li").count() >= 1
+    shot(page, "tasks")
+    # The console's operations come from the agent's /openapi.json; GetTask over REST for the selected task.
+    page.get_by_role("tab", name="Console").click()
+    page.get_by_label("Binding").select_option("HTTP+JSON")
+    page.get_by_label("Operation").select_option(label="GetTask — GET /tasks/{id}")
+    assert page.get_by_label("Path (REST)").input_value() == f"/tasks/{task_id}"
+    assert "/openapi.json" in page.locator("#con-source").inner_text()
+    page.get_by_role("button", name="Send the request").click()
+    page.wait_for_function("() => document.getElementById('con-response').textContent.includes('TASK_STATE_COMPLETED')")
+    assert "HTTP 200" in page.locator("#con-head").inner_text()
+    shot(page, "console")
+
+
+def test_readable_at_200_percent_zoom(browser: Any, agents: Agents) -> None:
+    # 200% zoom of a 1280-pixel window: a 640-CSS-pixel viewport at device scale 2. Nothing may need sideways
+    # scrolling (tables scroll inside their own box).
+    context = browser.new_context(viewport={"width": 640, "height": 800}, device_scale_factor=2)
+    context.set_default_timeout(15_000)
+    try:
+        zoomed = context.new_page()
+        open_inspector(zoomed, agents["echo"].url + "/inspector/")
+        for tab in ("Card", "Chat", "Tasks", "Timeline", "Console"):
+            zoomed.get_by_role("tab", name=tab).click()
+            width = zoomed.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+            assert width[0] <= width[1], (tab, width)
+        zoomed.get_by_role("tab", name="Card").click()
+        shot(zoomed, "card-zoom-200")
+    finally:
+        context.close()
+
+
+# --- relaykit inspect against the official SDK ----------------------------------------------------------------------
+
+
+def test_inspect_an_a2a_sdk_agent(page: Any, agents: Agents) -> None:
+    open_inspector(page, agents["inspect"].url + "/")
+    assert page.locator("#card-name").inner_text() == "sdk-kitchen"
+    assert page.locator("#findings li[data-level=error]").count() == 0
+    shot(page, "card-sdk")
+    bubble = chat(page, "hello sdk")
+    bubble.locator("[data-state=COMPLETED]").wait_for()
+    assert "hello sdk" in bubble.locator(".artifacts").inner_text()
+    streamed = chat(page, "stream 3 50")
+    streamed.locator("[data-state=COMPLETED]").wait_for()
+    assert streamed.locator(".artifacts").inner_text().count("chunk") == 3
+    asked = chat(page, "ask me")
+    asked.locator("[data-state=INPUT_REQUIRED]").wait_for()
+    answered = chat(page, "Grace")
+    answered.locator("[data-state=COMPLETED]").wait_for()
+    assert "got: Grace" in answered.inner_text()
+    shot(page, "chat-sdk")
+    page.get_by_role("tab", name="Timeline").click()
+    assert page.locator("#timeline tbody tr").count() >= 1
+    shot(page, "timeline-sdk")
