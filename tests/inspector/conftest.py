@@ -91,7 +91,13 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serve
         "echo": functools.partial(serve, "examples/echo.py", name="echo"),
         "stream": functools.partial(serve, "examples/stream.py", name="stream", env={"STREAM_DELAY": STREAM_DELAY}),
         "ask": functools.partial(serve, "examples/ask.py", name="ask"),
-        "slow": functools.partial(serve, "examples/slow.py", name="slow", env={"SLOW_SECONDS": SLOW_SECONDS}),
+        "slow": functools.partial(
+            serve,
+            "examples/slow.py",
+            name="slow",
+            env={"SLOW_SECONDS": SLOW_SECONDS},
+            args=["--inspector", "--push-allow", "127.0.0.1"],  # push configs to a local webhook
+        ),
         "sdk": functools.partial(start_sdk, logs),
     }
     servers = start_parallel(list(starters.values()))

@@ -127,6 +127,25 @@ def test_chat_with_echo_by_keyboard_alone(page: Any, agents: Agents) -> None:
     shot(page, "chat-echo")
 
 
+def test_chat_sends_file_and_data_parts(page: Any, agents: Agents) -> None:
+    open_inspector(page, agents["echo"].url + "/inspector/")
+    page.get_by_role("tab", name="Chat").click()
+    page.locator("#chat-more summary").click()
+    page.get_by_label("Attach files (sent inline, base64)").set_input_files(
+        {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"file body"}
+    )
+    page.get_by_label("Data part (JSON)").fill('{"answer": 42}')
+    box = page.get_by_label("Message", exact=True)
+    box.fill("with parts")
+    box.press("Enter")
+    page.locator("#transcript li[data-role=agent]").last.locator("[data-state=COMPLETED]").wait_for()
+    mine = page.locator("#transcript li.user").last
+    assert "notes.txt · text/plain · 9 bytes" in mine.inner_text()
+    assert '"answer": 42' in mine.locator(".part-data").inner_text()
+    assert mine.get_by_role("link", name="Download").get_attribute("download") == "notes.txt"
+    shot(page, "chat-parts")
+
+
 def test_stream_shows_chunks_live_and_the_timeline_lists_sse_ids(page: Any, agents: Agents) -> None:
     open_inspector(page, agents["stream"].url + "/inspector/")
     bubble = chat(page, "5")
@@ -183,14 +202,53 @@ def test_cancel_turns_the_task_canceled(page: Any, agents: Agents) -> None:
     shot(page, "chat-cancel")
 
 
+def test_task_page_resubscribes_manages_push_configs_and_cancels(page: Any, agents: Agents) -> None:
+    open_inspector(page, agents["slow"].url + "/inspector/")
+    chat(page, "watch me").locator("[data-state=WORKING]").wait_for()
+    page.get_by_role("tab", name="Tasks").click()
+    page.locator("#task-list tbody tr[data-task] [data-state=WORKING]").first.wait_for()
+    page.locator("#task-list tbody tr").filter(has=page.locator("[data-state=WORKING]")).first.locator("button").click()
+    page.locator("#task-detail").wait_for()
+    task_id = page.locator("#td-id").inner_text()
+    # Push configs: add one, list it, delete it.
+    page.get_by_label("Webhook URL").fill(f"http://{HOST}:{free_port()}/hook")
+    page.get_by_role("button", name="Add a push config").click()
+    delete = page.locator("#td-push tbody button")
+    delete.wait_for()
+    delete.click()
+    page.wait_for_function("() => document.querySelectorAll('#td-push tbody tr').length === 0")
+    # Resubscribe after the first SSE id (the chat's stream saw it), then cancel from the task page: the
+    # subscription receives CANCELED.
+    page.get_by_label("Resume after SSE id").fill("1")
+    page.get_by_role("button", name="Resubscribe").click()
+    page.get_by_role("button", name="Cancel", exact=True).click()
+    page.locator("#td-state[data-state=CANCELED]").wait_for()
+    shot(page, "task-detail")
+    page.get_by_role("button", name="Show its timeline").click()
+    page.locator("#timeline tbody tr[data-kind=note]", has_text="the subscription ended: CANCELED").wait_for()
+    notes = page.locator("#timeline tbody tr[data-kind=note]").all_inner_texts()
+    assert any("after SSE id 1" in n for n in notes), notes
+    assert page.locator("#tl-task").input_value() == task_id
+    shot(page, "timeline-resubscribe")
+
+
 # --- tasks, console, zoom -----------------------------------------------------------------------------------------
 
 
 def test_tasks_page_and_console(page: Any, agents: Agents) -> None:
     open_inspector(page, agents["echo"].url + "/inspector/")
     chat(page, "for the task list").locator("[data-state=COMPLETED]").wait_for()
+    chat(page, "and one more").locator("[data-state=COMPLETED]").wait_for()
     page.get_by_role("tab", name="Tasks").click()
     page.locator("#task-list tbody tr").first.wait_for()
+    # Filters and paging: one COMPLETED task per page.
+    page.get_by_label("State").select_option(label="COMPLETED")
+    page.get_by_label("Page size").fill("1")
+    page.get_by_role("button", name="List tasks").click()
+    page.locator("#task-count", has_text="Page 1 · 1 of").wait_for()
+    page.get_by_role("button", name="Next page").click()
+    page.locator("#task-count", has_text="Page 2 · 1 of").wait_for()
+    assert page.locator("#task-list tbody tr").count() == 1
     page.locator("#task-list tbody tr button").first.click()
     page.locator("#task-detail").wait_for()
     task_id = page.locator("#td-id").inner_text()
@@ -237,6 +295,13 @@ def test_inspect_an_a2a_sdk_agent(page: Any, agents: Agents) -> None:
     bubble = chat(page, "hello sdk")
     bubble.locator("[data-state=COMPLETED]").wait_for()
     assert "hello sdk" in bubble.locator(".artifacts").inner_text()
+    assert "via JSONRPC" in bubble.inner_text()  # the card's first choice
+    # The transport is the session's choice.
+    page.get_by_label("Transport").select_option("HTTP+JSON")
+    page.get_by_role("button", name="Connect").click()
+    rest = chat(page, "hello over rest")
+    rest.locator("[data-state=COMPLETED]").wait_for()
+    assert "via HTTP+JSON" in rest.inner_text()
     streamed = chat(page, "stream 3 50")
     streamed.locator("[data-state=COMPLETED]").wait_for()
     assert streamed.locator(".artifacts").inner_text().count("chunk") == 3

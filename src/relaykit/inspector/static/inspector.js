@@ -135,8 +135,9 @@ async function* lines(path, body, signal) {
 }
 
 // One unary operation; its answer goes on the timeline of the task it concerns.
-async function call(op, params, taskHint) {
+async function call(op, params, taskHint, sink) {
   const answer = await api("call", { op, params });
+  if (sink && answer.binding) sink.binding(answer.binding);
   const result = answer.result;
   const task = taskIdOf(result) || taskHint;
   record(task, { kind: `${op} response`, raw: answer.error ? { error: answer.error } : result, time: answer.time });
@@ -193,6 +194,18 @@ function summary(kind, value) {
   }
 }
 
+// What a unary answer was, in a line.
+function resultSummary(raw) {
+  const [kind, value] = payloadOf(raw);
+  if (kind) return summary(kind, value);
+  if (raw.error) return describeError(raw.error);
+  if (raw.status && raw.id) return summary("task", raw);
+  if (Array.isArray(raw.tasks)) return `${raw.tasks.length} task(s)${raw.nextPageToken ? ", more pages" : ""}`;
+  if (Array.isArray(raw.configs)) return `${raw.configs.length} push config(s)`;
+  if (raw.url) return `push config ${raw.id || ""} → ${raw.url}`;
+  return Object.keys(raw).length ? Object.keys(raw).join(", ") : "done";
+}
+
 // --- timeline --------------------------------------------------------------------------------------------------
 
 function record(taskId, entry) {
@@ -210,8 +223,7 @@ function record(taskId, entry) {
     full.summary = summary(kind, value);
     full.raw = entry.event;
   } else if (!full.summary && full.raw) {
-    const [kind, value] = payloadOf(full.raw);
-    full.summary = kind ? summary(kind, value) : full.raw.error ? describeError(full.raw.error) : summary("task", full.raw);
+    full.summary = resultSummary(full.raw);
   }
   state.timelines.get(key).push(full);
   if ($("tl-task").value === key && !$("view-timeline").hidden) $("timeline").tBodies[0].append(timelineRow(full));
@@ -224,7 +236,7 @@ function timelineRow(e) {
     h("td", { text: String(e.n) }),
     h("td", { text: e.time.replace("T", " ").replace("Z", "") }),
     h("td", { class: "sse-id", text: e.id ?? "—" }),
-    h("td", { text: e.kind || "note" }),
+    h("td", {}, e.kind || "note", e.via ? h("span", { class: "muted via", text: ` (${e.via})` }) : ""),
     h("td", { text: e.summary || e.note || "" }),
     h("td", {}, e.raw ? h("details", {}, h("summary", { text: "JSON" }), h("pre", { class: "json", text: json(e.raw) })) : ""),
   );
@@ -386,13 +398,18 @@ class AgentBubble {
     this.artifacts = new Map();
     this.state = h("span", { class: "state", text: "…" });
     this.task = h("code", { class: "task-id" });
+    this.via = h("span", { class: "via" });
     this.status = h("div", { class: "parts status-message" });
     this.body = h("div", { class: "artifacts" });
     this.el = h("li", { class: "msg agent", "data-role": "agent" },
-      h("div", { class: "msg-head" }, h("span", { class: "who", text: "Agent" }), this.task, this.state),
+      h("div", { class: "msg-head" }, h("span", { class: "who", text: "Agent" }), this.task, this.state, this.via),
       this.status, this.body);
     $("transcript").append(this.el);
     this.el.scrollIntoView({ block: "nearest" });
+  }
+
+  binding(name) {
+    if (name) this.via.textContent = `via ${name}`;
   }
 
   setState(stateName) {
@@ -518,7 +535,7 @@ async function sendChat(event) {
     if (streaming) {
       final = await runStream("SendStreamingMessage", { message }, bubble, null, state.chat.running.controller.signal);
     } else {
-      const result = await call("SendMessage", { message }, message.taskId);
+      const result = await call("SendMessage", { message }, message.taskId, bubble);
       bubble.event(result);
       final = stateOf(result) || (result.message ? "MESSAGE" : null);
     }
@@ -561,11 +578,13 @@ async function runStream(op, params, sink, lastEventId, signal) {
     let failure = null;
     try {
       for await (const line of lines("stream", source, signal)) {
-        if (line.event) {
+        if (line.start) {
+          if (sink.binding) sink.binding(line.binding);
+        } else if (line.event) {
           const id = taskIdOf(line.event);
           if (id) taskId = id;
           if (line.id) last = line.id;
-          record(taskId, { id: line.id, time: line.time, event: line.event });
+          record(taskId, { id: line.id, time: line.time, event: line.event, via: source.op });
           sink.event(line.event);
           if (state.chat.running && state.chat.running.bubble === sink && taskId) state.chat.running.taskId = taskId;
           const now = stateOf(line.event);
@@ -707,7 +726,9 @@ async function resubscribe() {
   setStatus(`Subscribed to ${id}…`);
   try {
     const final = await runStream("SubscribeToTask", { id }, new TaskSink(), last, null);
-    setStatus(`Subscription of ${id} ended${final ? `: ${short(final)}` : ""}.`);
+    const ended = `the subscription ended${final ? `: ${short(final)}` : ""}`;
+    record(id, { kind: "note", summary: ended });
+    setStatus(`Task ${id}: ${ended}.`);
     renderTask(await call("GetTask", { id }, id));
   } catch (err) {
     setStatus(`SubscribeToTask: ${err.message}`, true);
