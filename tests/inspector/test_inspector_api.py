@@ -208,3 +208,51 @@ def test_inspect_prints_its_address_and_starts_the_page_with_its_headers(tmp_pat
         assert f"relaykit: inspector for http://127.0.0.1:9 at http://127.0.0.1:{server.port}/" in server.log()
     finally:
         assert server.stop() == 0
+
+
+# --- card signatures ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tampered", [False, True], ids=["signed", "tampered"])
+async def test_card_signatures_are_verified_against_their_jwks(tampered: bool) -> None:
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from relaykit.client import sign_card
+    from relaykit.inspector._card_check import check_card
+    from relaykit.inspector._session import new_http
+    from relaykit.types import AgentCard, AgentInterface
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(private.public_key()))
+    served: dict[str, bytes] = {}
+
+    async def handle(request: Request) -> Response:
+        return Response(200, [("content-type", "application/json")], served[request.path])
+
+    server = await MiniHTTP(handle).start()
+    try:
+        card = AgentCard(
+            name="signed",
+            description="d",
+            version="1",
+            supported_interfaces=[AgentInterface(url=f"http://{HOST}:{free_port()}/", protocol_binding="JSONRPC")],
+        )
+        signed = sign_card(card, private, kid="k1", jku=server.url + "/jwks.json")
+        if tampered:
+            signed = signed.model_copy(update={"description": "changed after signing"})
+        served["/.well-known/agent-card.json"] = signed.to_json()
+        served["/jwks.json"] = json.dumps({"keys": [{**jwk, "kid": "k1", "alg": "ES256", "use": "sig"}]}).encode()
+        session = Session.parse({"url": server.url}, Target(), server.url)
+        async with asyncio.timeout(T), new_http() as http:
+            report, parsed = await check_card(session, http)
+    finally:
+        await server.aclose()
+    assert parsed is not None
+    finding = next(f for f in report["findings"] if f["field"] == "signatures[0]")
+    if tampered:
+        assert finding["level"] == "error"
+        assert "does not verify" in finding["message"]
+    else:
+        assert finding["level"] == "ok"
+        assert "verified with key 'k1'" in finding["message"]

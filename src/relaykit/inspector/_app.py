@@ -37,7 +37,16 @@ from relaykit._errors import A2AError
 from relaykit._openapi import openapi_document
 from relaykit.inspector import _calls
 from relaykit.inspector._card_check import check_card
-from relaykit.inspector._session import CardCache, Session, SessionError, Target, error_json, new_http, open_client
+from relaykit.inspector._session import (
+    CardCache,
+    Session,
+    SessionError,
+    Target,
+    error_json,
+    local_interfaces,
+    new_http,
+    open_client,
+)
 
 __all__ = ["MOUNT_PATH", "create_inspector", "inspector_routes"]
 
@@ -167,8 +176,8 @@ class _Inspector:
             return _problem(exc)
         async with new_http() as http:
             try:
-                client = await open_client(session, http, self.cards)
-                answer = await _calls.call(client, op, data.get("params"))
+                async with open_client(session, http, self.cards) as client:
+                    answer = await _calls.call(client, op, data.get("params"))
             except A2AError as exc:
                 answer = {"error": error_json(exc)}
         return JSONResponse(answer)
@@ -183,9 +192,9 @@ class _Inspector:
         last_event_id = str(last) if last not in (None, "") else None
 
         async def events(http: httpx.AsyncClient) -> AsyncIterator[dict[str, Any]]:
-            client = await open_client(session, http, self.cards)
-            async for item in _calls.stream(client, op, data.get("params"), last_event_id):
-                yield item
+            async with open_client(session, http, self.cards) as client:
+                async for item in _calls.stream(client, op, data.get("params"), last_event_id):
+                    yield item
 
         return _ndjson(events)
 
@@ -196,9 +205,9 @@ class _Inspector:
             return _problem(exc)
 
         async def answer(http: httpx.AsyncClient) -> AsyncIterator[dict[str, Any]]:
-            client = await open_client(session, http, self.cards)
-            async for item in _calls.raw_request(client, http, data.get("request")):
-                yield item
+            async with open_client(session, http, self.cards) as client:
+                async for item in _calls.raw_request(client, http, data.get("request")):
+                    yield item
 
         return _ndjson(answer)
 
@@ -210,20 +219,19 @@ class _Inspector:
             return _problem(exc)
         async with new_http() as http:
             try:
-                client = await open_client(session, http, self.cards)
+                card = await self.cards.get(session, http)
             except A2AError as exc:
                 return JSONResponse({"error": error_json(exc)})
-            assert client.card is not None
-            rest = next(
-                (i.url for i in client.card.supported_interfaces if i.protocol_binding.upper() == "HTTP+JSON"), None
-            )
+            if session.locked:
+                card = local_interfaces(card, session.url)
+            rest = next((i.url for i in card.supported_interfaces if i.protocol_binding.upper() == "HTTP+JSON"), None)
             if rest is not None:
                 with contextlib.suppress(httpx.HTTPError, ValueError):
                     response = await http.get(rest.rstrip("/") + "/openapi.json", headers=session.headers)
                     doc = response.json() if response.status_code == 200 else None
                     if isinstance(doc, dict) and str(doc.get("openapi", "")).startswith("3."):
                         return JSONResponse({"source": "agent", "doc": doc})
-            doc = openapi_document(server_url=rest or session.url, title=client.card.name)
+            doc = openapi_document(server_url=rest or session.url, title=card.name)
         return JSONResponse({"source": "generated", "doc": doc})
 
 

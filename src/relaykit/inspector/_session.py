@@ -15,11 +15,12 @@ The protocol version is chosen from the card's interfaces. relaykit's client spe
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,7 +33,16 @@ from relaykit.client import Client, RetryPolicy, parse_card
 from relaykit.client._card import card_url
 from relaykit.client._client import DEFAULT_TRANSPORTS
 
-__all__ = ["CardCache", "Session", "SessionError", "Target", "new_http", "open_client"]
+__all__ = [
+    "CardCache",
+    "Session",
+    "SessionError",
+    "Target",
+    "error_json",
+    "local_interfaces",
+    "new_http",
+    "open_client",
+]
 
 # Header names a session may set: HTTP tokens, minus what the HTTP client owns.
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -171,8 +181,10 @@ def local_interfaces(card: AgentCard, base: str) -> AgentCard:
     return card.model_copy(update={"supported_interfaces": interfaces})
 
 
-async def open_client(session: Session, http: httpx.AsyncClient, cards: CardCache) -> Client:
-    """A connected ``Client`` for this session (its card from the cache, or fetched)."""
+@contextlib.asynccontextmanager
+async def open_client(session: Session, http: httpx.AsyncClient, cards: CardCache) -> AsyncIterator[Client]:
+    """A connected ``Client`` for this session (its card from the cache, or fetched), closed on exit (a gRPC
+    transport owns a channel; the HTTP ones use ``http``, which the caller owns)."""
     if session.version.split(".")[0] != "1":
         # relaykit's client speaks A2A 1.0; the 0.3 codec (another issue) will lift this.
         raise SessionError(f"protocol version {session.version} is not spoken by relaykit's client yet (1.0 is)")
@@ -190,8 +202,11 @@ async def open_client(session: Session, http: httpx.AsyncClient, cards: CardCach
         # The inspector shows what happened: no silent retries.
         retry=RetryPolicy(attempts=1),
     )
-    await client.connect()
-    return client
+    try:
+        await client.connect()
+        yield client
+    finally:
+        await client.aclose()
 
 
 def error_json(exc: BaseException) -> dict[str, Any]:

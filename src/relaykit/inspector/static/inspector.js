@@ -379,7 +379,12 @@ function renderCard(report) {
   // Versions offered by the card (the client speaks the ones in config.clientVersions; the server says so).
   const select = $("version");
   const current = select.value;
-  select.replaceChildren(...(versions.length ? versions : ["1.0"]).map((v) => h("option", { value: v, text: v })));
+  const spoken = new Set((state.config.clientVersions || ["1.0"]).map((v) => v.split(".")[0]));
+  select.replaceChildren(
+    ...(versions.length ? versions : ["1.0"]).map((v) =>
+      h("option", { value: v, text: spoken.has(v.split(".")[0]) ? v : `${v} (not spoken by relaykit's client yet)` }),
+    ),
+  );
   select.value = versions.includes(current) ? current : versions.find((v) => v.startsWith("1.")) || select.options[0].value;
   state.session.version = select.value;
   const streaming = !!(card && card.capabilities && card.capabilities.streaming);
