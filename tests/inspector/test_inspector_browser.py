@@ -8,12 +8,13 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
-from support.servers import HOST, ServerProcess, free_port
+from support.servers import HOST, RoundRobinProxy, ServerProcess, free_port, start_serve
 
-from inspector._browser import shot
+from inspector._browser import STREAM_DELAY, shot
 
 pytestmark = pytest.mark.browser
 
@@ -169,6 +170,34 @@ def test_stream_shows_chunks_live_and_the_timeline_lists_sse_ids(page: Any, agen
     kinds = page.locator("#timeline tbody tr").evaluate_all("rows => rows.map(r => r.dataset.kind)")
     assert kinds.count("artifactUpdate") == 5
     shot(page, "timeline-stream")
+
+
+def test_a_cut_stream_is_resumed_after_its_last_sse_id(page: Any, agents: Agents, tmp_path: Path) -> None:
+    # The agent's card points at a proxy whose connections the test cuts mid-stream; the page resubscribes after
+    # the last SSE id it saw and shows every chunk exactly once.
+    with RoundRobinProxy() as proxy:
+        agent = start_serve(
+            "examples/stream.py", tmp_path, public_url=proxy.url, env={"STREAM_DELAY": STREAM_DELAY}, name="stream-cut"
+        )
+        try:
+            proxy.add_backend(agent.port)
+            open_inspector(page, agents["inspect"].url + "/")
+            page.get_by_label("Agent URL").fill(proxy.url)
+            page.get_by_role("button", name="Connect").click()
+            page.locator("#card-name", has_text="stream").wait_for()
+            bubble = chat(page, "6")
+            bubble.locator(".artifacts", has_text="chunk 1").wait_for()
+            assert proxy.cut(agent.port) >= 1
+            bubble.locator("[data-state=COMPLETED]").wait_for()
+            text = bubble.locator(".artifacts").inner_text()
+            assert [f"chunk {i}" in text for i in range(6)] == [True] * 6
+            assert text.count("chunk") == 6, text
+            page.get_by_role("tab", name="Timeline").click()
+            note = page.locator("#timeline tbody tr[data-kind=note]").first
+            assert "resubscribing after SSE id" in note.inner_text()
+            shot(page, "timeline-resumed")
+        finally:
+            agent.stop()
 
 
 def test_an_input_required_question_is_answered_in_the_page(page: Any, agents: Agents) -> None:

@@ -234,7 +234,7 @@ function timelineRow(e) {
     "tr",
     { "data-kind": e.kind || "" },
     h("td", { text: String(e.n) }),
-    h("td", { text: e.time.replace("T", " ").replace("Z", "") }),
+    h("td", { class: "mono", title: e.time, text: e.time.slice(11, 23) || e.time }),
     h("td", { class: "sse-id", text: e.id ?? "—" }),
     h("td", {}, e.kind || "note", e.via ? h("span", { class: "muted via", text: ` (${e.via})` }) : ""),
     h("td", { text: e.summary || e.note || "" }),
@@ -609,7 +609,8 @@ async function runStream(op, params, sink, lastEventId, signal) {
       if (!(failure.type || "").match(/Connection|Timeout|Network/)) throw new InspectorError(failure);
     }
     if (failure && !(failure.type || "").match(/Connection|Timeout|Reconnect/)) throw new InspectorError(failure);
-    if (final && TERMINAL.has(final)) return final;
+    // A stream that ends at a final or interrupted state is complete; one that ends before is resumed.
+    if (final && (TERMINAL.has(final) || INTERRUPTED.has(final) || final === "MESSAGE")) return final;
     if (!taskId || attempt >= RESUME_ATTEMPTS) {
       if (failure) throw new InspectorError(failure);
       return final;
