@@ -53,10 +53,10 @@ __all__ = ["MOUNT_PATH", "create_inspector", "inspector_routes"]
 MOUNT_PATH = "/inspector"
 
 MAX_API_BODY = 32 * 1024 * 1024  # a chat message may carry files (base64)
-_ASSETS = {
-    "index.html": "text/html; charset=utf-8",
-    "inspector.css": "text/css; charset=utf-8",
-    "inspector.js": "text/javascript; charset=utf-8",
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
 }
 _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' blob: data:; "
@@ -71,8 +71,14 @@ _SECURITY = {
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
-def _asset(name: str) -> bytes:
-    return resources.files("relaykit.inspector").joinpath("static", name).read_bytes()
+def _assets() -> dict[str, tuple[bytes, str]]:
+    """Every page file shipped in ``static/``: name -> (bytes, content type), read once."""
+    out: dict[str, tuple[bytes, str]] = {}
+    for entry in resources.files("relaykit.inspector").joinpath("static").iterdir():
+        kind = _TYPES.get("." + entry.name.rsplit(".", 1)[-1])
+        if kind is not None and entry.is_file():
+            out[entry.name] = (entry.read_bytes(), kind)
+    return out
 
 
 def local_base(request: Request) -> str:
@@ -98,7 +104,7 @@ class _Inspector:
     def __init__(self, target: Target) -> None:
         self.target = target
         self.cards = CardCache()
-        self.assets = {name: _asset(name) for name in _ASSETS}
+        self.assets = _assets()
 
     # --- page ----------------------------------------------------------------------------------------------
 
@@ -112,9 +118,10 @@ class _Inspector:
         return self._asset(request.path_params["name"])
 
     def _asset(self, name: str) -> Response:
-        if name not in self.assets:
+        found = self.assets.get(name)
+        if found is None:
             return Response(b"not found", 404, media_type="text/plain")
-        return Response(self.assets[name], media_type=_ASSETS[name], headers=_SECURITY)
+        return Response(found[0], media_type=found[1], headers=_SECURITY)
 
     async def config(self, request: Request) -> Response:
         from relaykit.client._client import DEFAULT_TRANSPORTS
