@@ -223,12 +223,13 @@ def test_cancel_turns_the_task_canceled(page: Any, agents: Agents) -> None:
     bubble.locator("[data-state=WORKING]").wait_for()
     page.get_by_role("button", name="Cancel the task").click()
     bubble.locator("[data-state=CANCELED]").wait_for()
+    shot(page, "chat-cancel")
     task_id = bubble.get_attribute("data-task")
     # The task list agrees.
     page.get_by_role("tab", name="Tasks").click()
     row = page.locator(f"#task-list tbody tr[data-task='{task_id}']")
     row.locator("[data-state=CANCELED]").wait_for()
-    shot(page, "chat-cancel")
+    shot(page, "tasks-canceled")
 
 
 def test_task_page_resubscribes_manages_push_configs_and_cancels(page: Any, agents: Agents) -> None:
