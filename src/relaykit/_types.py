@@ -541,6 +541,12 @@ class TaskPushNotificationConfig(A2AModel):
 # --- requests ----------------------------------------------------------------------------------------------
 
 
+# The range checks below are field validators (their messages name the rule); these tell JSON Schema (the OpenAPI
+# description, relaykit._openapi) the same ranges.
+_AT_LEAST_0: dict[str, Any] = {"minimum": 0}
+_PAGE_SIZE: dict[str, Any] = {"minimum": 1, "maximum": 100}
+
+
 def _non_negative(value: int | None) -> int | None:
     if value is not None and value < 0:
         raise ValueError(f"must not be negative (got {value})")
@@ -552,7 +558,7 @@ class SendMessageConfiguration(A2AModel):
 
     accepted_output_modes: list[str] = Field(default_factory=list)
     task_push_notification_config: TaskPushNotificationConfig | None = None
-    history_length: int | None = None
+    history_length: int | None = Field(default=None, json_schema_extra=_AT_LEAST_0)
     return_immediately: bool = False
 
     _history = field_validator("history_length")(_non_negative)
@@ -572,7 +578,7 @@ class GetTaskRequest(A2AModel):
 
     tenant: str = ""
     id: str
-    history_length: int | None = None
+    history_length: int | None = Field(default=None, json_schema_extra=_AT_LEAST_0)
 
     _history = field_validator("history_length")(_non_negative)
 
@@ -583,9 +589,9 @@ class ListTasksRequest(A2AModel):
     tenant: str = ""
     context_id: str = ""
     status: TaskState = TaskState.UNSPECIFIED
-    page_size: int | None = None
+    page_size: int | None = Field(default=None, json_schema_extra=_PAGE_SIZE)
     page_token: str = ""
-    history_length: int | None = None
+    history_length: int | None = Field(default=None, json_schema_extra=_AT_LEAST_0)
     status_timestamp_after: Timestamp | None = None
     include_artifacts: bool | None = None
 
@@ -655,7 +661,7 @@ class ListTaskPushNotificationConfigsRequest(A2AModel):
 
     tenant: str = ""
     task_id: str
-    page_size: int = 0
+    page_size: int = Field(default=0, json_schema_extra=_AT_LEAST_0)
     page_token: str = ""
 
     _page_size = field_validator("page_size")(_non_negative)

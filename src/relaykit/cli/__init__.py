@@ -1,5 +1,6 @@
 """The ``relaykit`` command line: ``serve`` an agent, call agents (``card``, ``send``, ``get``, ``list``, ``cancel``,
-``subscribe``, ``chat``), run scale-out ``worker``s, and operate stores (``db upgrade``, ``push status``).
+``subscribe``, ``chat``), look at one in a browser (``inspect``), run scale-out ``worker``s, and operate stores
+(``db upgrade``, ``push status``).
 
     relaykit serve examples/echo.py --port 8000
     relaykit send http://localhost:8000 "hello"
@@ -18,6 +19,7 @@ from importlib.metadata import PackageNotFoundError, version
 from relaykit.cli._client_cmds import add_client_parsers
 from relaykit.cli._db_cmds import add_db_parser
 from relaykit.cli._fail import CliError, debug_enabled, report
+from relaykit.cli._inspect import add_inspect_parser
 from relaykit.cli._push_cmds import add_push_parser
 from relaykit.cli._serve import add_serve_parser
 from relaykit.cli._worker import add_worker_parser
@@ -38,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_client_parsers(sub)
     add_db_parser(sub)
     add_push_parser(sub)
+    add_inspect_parser(sub)
     return parser
 
 

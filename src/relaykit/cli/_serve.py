@@ -82,6 +82,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
     p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
     p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
+    p.add_argument("--inspector", action="store_true", help="serve the web inspector at /inspector/")
     add_cluster_options(p)
     p.add_argument(
         "--worker",
@@ -240,7 +241,7 @@ def build_app(args: argparse.Namespace) -> Any:
     target = load_target(args.target)
     if _app_server(target) is not None:
         return target
-    return http_app(_assemble(target, args), keepalive=args.keepalive)
+    return http_app(_assemble(target, args), keepalive=args.keepalive, inspector=getattr(args, "inspector", False))
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -277,6 +278,9 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     sock = _bind(args.host, args.port)
     server = _DrainingServer(config, app, target=args.target, public_url=args.public_url)
+    if getattr(args, "inspector", False):
+        public = args.public_url or f"http://localhost:{args.port}"
+        server.extra_lines.append(f"relaykit: inspector at {public.rstrip('/')}/inspector/")
 
     async def main() -> int:
         # Open the store (and take its single-owner lock) before listening, so a refusal is one clear line,
@@ -391,6 +395,7 @@ class _ListeningServer(_Base):  # type: ignore[misc]
         self.target = target
         self.public_url = public_url
         self.started_ok = False
+        self.extra_lines: list[str] = []  # printed after the banner (e.g. where the inspector is)
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets=sockets)
@@ -405,6 +410,8 @@ class _ListeningServer(_Base):  # type: ignore[misc]
             f"{public}/.well-known/agent-card.json (Ctrl-C stops)",
             flush=True,
         )
+        for line in self.extra_lines:
+            print(line, flush=True)
 
 
 class _DrainingServer(_ListeningServer):

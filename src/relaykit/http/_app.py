@@ -26,9 +26,12 @@ from email.utils import formatdate
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from relaykit._card import HTTP_JSON, JSONRPC, AgentCard
+from relaykit._openapi import OPENAPI_PATH, openapi_json
 from relaykit.assembly._assemble import assemble, build_card, http_interfaces
 from relaykit.assembly._server import A2AServer
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
@@ -249,9 +252,27 @@ class _App(Starlette):
         await super().__call__(scope, receive, send)
 
 
-def http_app(server: A2AServer, *, max_body: int = 10 * 1024 * 1024, keepalive: float = 15.0) -> Starlette:
+def _openapi_endpoint(card: AgentCard, public_url: str | None) -> Any:
+    """``GET /openapi.json`` (relaykit._openapi), built on first use: most apps are never asked for it."""
+    body: list[bytes] = []
+    # Without a public URL the server entry is relative ("."), which OpenAPI resolves against the document's own
+    # location, so a mounted app's description points at its mount path.
+    server_url = public_url or "."
+
+    async def endpoint(request: Request) -> Response:
+        if not body:
+            body.append(openapi_json(server_url=server_url, title=card.name, description=card.description))
+        return Response(body[0], media_type="application/json", headers={"access-control-allow-origin": "*"})
+
+    return endpoint
+
+
+def http_app(
+    server: A2AServer, *, max_body: int = 10 * 1024 * 1024, keepalive: float = 15.0, inspector: bool = False
+) -> Starlette:
     """The ASGI app serving ``server`` (``relaykit.assembly.assemble``) over JSON-RPC and HTTP+JSON, with its card,
-    health, readiness and push endpoints; ``app.state.relaykit`` is ``server``. ``create_app`` is assemble + this."""
+    health, readiness, push endpoints and ``GET /openapi.json``; ``inspector=True`` mounts the web inspector at
+    ``/inspector/``. ``app.state.relaykit`` is ``server``. ``create_app`` is assemble + this."""
     handler = server.handler
     jsonrpc = _Guarded(server, JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive))
     rest = _Guarded(server, RESTBinding(handler, max_body=max_body, keepalive=keepalive))
@@ -270,6 +291,11 @@ def http_app(server: A2AServer, *, max_body: int = 10 * 1024 * 1024, keepalive: 
     if server.push_sender is not None:
         status = PushStatusEndpoint(server.push_sender, server.engine)
         routes.append(Route(STATUS_PATH, _Guarded(server, status), methods=["GET"]))
+    routes.append(Route(OPENAPI_PATH, _openapi_endpoint(handler.card, server.public_url), methods=["GET", "HEAD"]))
+    if inspector:
+        from relaykit.inspector import inspector_routes
+
+        routes.extend(inspector_routes())
     routes.append(Mount("", app=rest))
     app = _App(routes=routes, lifespan=server.lifespan)
     app.rpc_route = rpc_route
@@ -312,11 +338,14 @@ def create_app(
     heartbeat: float | None = None,
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
+    inspector: bool = False,
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root).
 
     The engine, stores, bus and push delivery are ``relaykit.assembly.assemble(executor, **options)``; this adds
-    the HTTP app over it (``max_body``: request bodies over it get 413; ``keepalive``: SSE keep-alive seconds).
+    the HTTP app over it (``max_body``: request bodies over it get 413; ``keepalive``: SSE keep-alive seconds;
+    ``inspector=True``: the web inspector, ``relaykit.inspector``, at ``/inspector/``). ``GET /openapi.json``
+    describes the HTTP+JSON binding (OpenAPI 3.1).
 
     >>> from relaykit import agent
     >>> from relaykit.http import create_app
@@ -350,5 +379,5 @@ def create_app(
     # Every option but the HTTP ones is assemble's, by the same name and default (tests/test_assembly.py checks the
     # two signatures agree), so they are passed on as they came.
     options = dict(locals())
-    del options["executor"], options["max_body"], options["keepalive"]
-    return http_app(assemble(executor, **options), max_body=max_body, keepalive=keepalive)
+    del options["executor"], options["max_body"], options["keepalive"], options["inspector"]
+    return http_app(assemble(executor, **options), max_body=max_body, keepalive=keepalive, inspector=inspector)
