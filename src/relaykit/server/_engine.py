@@ -696,11 +696,15 @@ class TaskEngine(Readers):
         active.chunks_since_flush = 0
         active.last_flush = time.monotonic()
         record.body = record.task.to_json()
-        if self._sync_store:
+        if self.cluster is not None:
+            # Scale-out: the write also keeps or releases this process's claim on the task (Cluster.save).
+            write = asyncio.ensure_future(self.cluster.save(active, record))
+        elif self._sync_store:
             await self.store.save(record)
             return
+        else:
+            write = asyncio.ensure_future(self.store.save(record))
         # Finish a write before honouring a cancellation, so a cancel never tears or forgets a write.
-        write = asyncio.ensure_future(self.store.save(record))
         try:
             await asyncio.shield(write)
         except asyncio.CancelledError:
