@@ -57,6 +57,9 @@ class Recorder:
 
     store: TaskStore
     bus: EventBus
+    # Scale-out (``server._cluster.Cluster``) or None: its ``save`` writes the task and keeps or releases this
+    # process's claim in the same statement.
+    cluster: Any
     # Hook for push delivery: called with (active task, seq, event, data) after each publish.
     on_event: Any
     checkpoint_chunks: int
@@ -253,11 +256,16 @@ class Recorder:
         active.chunks_since_flush = 0
         active.last_flush = time.monotonic()
         record.body = record.task.to_json()
-        if self._sync_store:
+        if self.cluster is not None:
+            # Scale-out: the write also keeps or releases this process's claim on the task (Cluster.save), so an
+            # interrupted or finished task is unclaimed by the time its event is published.
+            write = asyncio.ensure_future(self.cluster.save(active, record))
+        elif self._sync_store:
             await self.store.save(record)
             return
+        else:
+            write = asyncio.ensure_future(self.store.save(record))
         # Finish a write before honouring a cancellation, so a cancel never tears or forgets a write.
-        write = asyncio.ensure_future(self.store.save(record))
         try:
             await asyncio.shield(write)
         except asyncio.CancelledError:

@@ -202,6 +202,14 @@ class MemoryTaskStore:
         if row is not None and row.worker == worker:
             row.worker = None
 
+    async def save_claimed(self, record: TaskRecord, worker: str | None) -> None:
+        if record.version == 0:
+            raise ValueError(
+                f"task {record.task.id}: a claimed task is stored already (save_claimed updates, never inserts)"
+            )
+        await self.save(record)  # no await inside: the write and the claim change are one step
+        self._rows[record.task.id].worker = worker
+
     async def claimant(self, task_id: str) -> str | None:
         row = self._rows.get(task_id)
         return row.worker if row is not None else None
