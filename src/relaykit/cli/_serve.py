@@ -244,7 +244,7 @@ def build_app(args: argparse.Namespace) -> Any:
     return http_app(_assemble(target, args), keepalive=args.keepalive, inspector=getattr(args, "inspector", False))
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _bind(host: str, port: int, flag: str = "--port", what: str = "listen") -> socket.socket:
     """The HTTP socket, bound (not yet listening) as uvicorn binds it; ``CliError`` when the address is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -253,8 +253,8 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        hint = ": is another server running? Stop it or pick another --port" if exc.errno == errno.EADDRINUSE else ""
-        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from exc
+        hint = f": is another server running? Stop it or pick another {flag}" if exc.errno == errno.EADDRINUSE else ""
+        raise CliError(f"cannot {what} on {host}:{port}: {exc.strerror or exc}{hint}") from exc
     sock.set_inheritable(True)  # the reload worker inherits it
     return sock
 
@@ -277,6 +277,14 @@ def run_serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=max(1, int(args.grace) + 1),
     )
     sock = _bind(args.host, args.port)
+    if args.grpc_port is not None:
+        # Checked now, like the HTTP port, so a taken port is one line before anything starts (gRPC's own bind
+        # failure comes later and logs from its C core first); the probe socket is closed at once.
+        try:
+            _bind(args.host, args.grpc_port, "--grpc-port", "serve gRPC").close()
+        except CliError:
+            sock.close()
+            raise
     server = _DrainingServer(config, app, target=args.target, public_url=args.public_url)
     if getattr(args, "inspector", False):
         public = args.public_url or f"http://localhost:{args.port}"
@@ -298,7 +306,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 await server.grpc.start()
             except (OSError, RuntimeError) as exc:
                 await app.state.relaykit.stop()
-                raise CliError(f"cannot serve gRPC on {args.host}:{args.grpc_port}: {exc}", code=1) from exc
+                raise CliError(f"cannot serve gRPC on {args.host}:{args.grpc_port}: {exc}") from exc
             print(f"relaykit: gRPC (lf.a2a.v1.A2AService) on {args.host}:{args.grpc_port}", flush=True)
         try:
             await server.serve(sockets=[sock])
