@@ -19,14 +19,35 @@ from typing import Any
 import pydantic_core
 
 from relaykit._card import AgentCard
-from relaykit._errors import A2AError
+from relaykit._errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    InvalidAgentResponseError,
+    InvalidParamsError,
+    MethodNotFoundError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+    error_from_jsonrpc,
+)
 from relaykit._methods import OPERATIONS_BY_NAME, Operation
 from relaykit._model import A2AModel, Encoded
 from relaykit._v03 import _pjson as pj
-from relaykit._v03._card import card_json
+from relaykit._v03._card import card_in, card_json
 from relaykit._v03._json import history_in
 
-__all__ = ["ROUTES", "Route03", "encode_event", "encode_result", "error_response", "status_for"]
+__all__ = [
+    "ROUTES",
+    "Route03",
+    "decode_error",
+    "decode_event",
+    "decode_response",
+    "encode_event",
+    "encode_result",
+    "error_response",
+    "request_target",
+    "status_for",
+]
 
 Json = dict[str, Any]
 MARK = "relaykitProtocolVersion"
@@ -141,3 +162,74 @@ def status_for(exc: A2AError) -> int:
 def error_response(exc: A2AError) -> tuple[int, bytes]:
     """Status and body of an error on the 0.3 REST binding."""
     return status_for(exc), pydantic_core.to_json(exc.to_jsonrpc())
+
+
+# --- client ------------------------------------------------------------------------------------------------
+
+
+def request_target(op: str, request: A2AModel) -> tuple[str, str, bytes | None, dict[str, str]]:
+    """The verb, path (under the interface URL), body and query of a 1.0 request on the 0.3 REST binding."""
+    data = request.to_dict()
+    if op in ("SendMessage", "SendStreamingMessage"):
+        verb = "send" if op == "SendMessage" else "stream"
+        return "POST", f"/v1/message:{verb}", pydantic_core.to_json(pj.send_request_out(data)), {}
+    if op == "GetTask":
+        query = {"historyLength": str(data["historyLength"] or 1)} if data.get("historyLength") is not None else {}
+        return "GET", f"/v1/tasks/{data['id']}", None, query
+    if op == "CancelTask":
+        return "POST", f"/v1/tasks/{data['id']}:cancel", pydantic_core.to_json({"name": f"tasks/{data['id']}"}), {}
+    if op == "SubscribeToTask":
+        return "GET", f"/v1/tasks/{data['id']}:subscribe", None, {}  # what 0.3 servers serve (the SDK: GET only)
+    if op == "CreateTaskPushNotificationConfig":
+        body = {"parent": f"tasks/{data['taskId']}", "configId": data.get("id", ""), "config": pj.config_out(data)}
+        return "POST", f"/v1/tasks/{data['taskId']}/pushNotificationConfigs", pydantic_core.to_json(body), {}
+    if op == "ListTaskPushNotificationConfigs":
+        return "GET", f"/v1/tasks/{data['taskId']}/pushNotificationConfigs", None, {}
+    if op in ("GetTaskPushNotificationConfig", "DeleteTaskPushNotificationConfig"):
+        verb = "GET" if op == "GetTaskPushNotificationConfig" else "DELETE"
+        return verb, f"/v1/tasks/{data['taskId']}/pushNotificationConfigs/{data['id']}", None, {}
+    if op == "GetExtendedAgentCard":
+        return "GET", "/v1/card", None, {}
+    raise MethodNotFoundError(f"{op} has no A2A 0.3 REST route", method=op)
+
+
+def decode_response(op: Operation, payload: Any) -> Any:
+    """A 0.3 REST response body as the 1.0 response model of ``op`` (``None`` for Empty)."""
+    if op.response is None:
+        return None
+    data = payload if isinstance(payload, dict) else {}
+    if op.name == "SendMessage":
+        return op.response.model_validate(pj.stream_in(data))
+    if op.name in ("GetTask", "CancelTask"):
+        return op.response.model_validate(pj.task_in(data))
+    if op.name == "ListTaskPushNotificationConfigs":
+        items = payload if isinstance(payload, list) else data.get("configs", [])
+        return op.response.model_validate({"configs": [pj.config_in(c) for c in items]})
+    if op.name == "GetExtendedAgentCard":
+        return op.response.model_validate(card_in(data))
+    return op.response.model_validate(pj.config_in(data))
+
+
+def decode_event(payload: Any) -> Json:
+    """One 0.3 REST stream event as the 1.0 StreamResponse dict."""
+    return pj.stream_in(payload if isinstance(payload, dict) else {})
+
+
+_BY_STATUS: dict[int, type[A2AError]] = {
+    404: TaskNotFoundError,
+    409: TaskNotCancelableError,
+    501: UnsupportedOperationError,
+    415: ContentTypeNotSupportedError,
+    422: InvalidParamsError,
+    502: InvalidAgentResponseError,
+}
+
+
+def decode_error(status: int, payload: Any) -> A2AError | None:
+    """A 0.3 REST error answer as its class: the JSON-RPC error object relaykit sends, else the status 0.3 servers
+    used (their bodies carry only ``message``). ``None``: not a 0.3 error body (the caller decides)."""
+    if isinstance(payload, dict) and isinstance(payload.get("code"), int):
+        return error_from_jsonrpc(payload)
+    if isinstance(payload, dict) and "message" in payload and status in _BY_STATUS:
+        return _BY_STATUS[status](str(payload["message"]))
+    return None
