@@ -133,8 +133,22 @@ def encode_result(op: str, result: Any) -> bytes:
     return pydantic_core.to_json(out)
 
 
+_ARTIFACT = b'{"artifactUpdate":'
+# Structural keys that need more than the text-part rewrite (an unescaped ``"key":`` only occurs as JSON structure:
+# inside strings quotes are escaped).
+_NOT_PLAIN = (b'"metadata":', b'"raw":', b'"url":', b'"data":')
+
+
 def encode_event(data: bytes) -> bytes:
-    """One stream event: the 1.0 StreamResponse JSON in, the 0.3 ``result`` JSON out."""
+    """One stream event: the 1.0 StreamResponse JSON in, the 0.3 ``result`` JSON out.
+
+    The hot case, an artifact chunk of text parts without metadata, is rewritten as bytes (every part gains
+    ``"kind":"text"``, the event ``"kind":"artifact-update"``); tests/v03/test_codec.py checks it against the general
+    path, which decodes, converts and re-encodes.
+    """
+    if data.startswith(_ARTIFACT) and not any(key in data for key in _NOT_PLAIN):
+        body = data[len(_ARTIFACT) : -2].replace(b'{"text":', b'{"kind":"text","text":')
+        return body + b',"kind":"artifact-update"}'
     return pydantic_core.to_json(j.event_out(pydantic_core.from_json(data)))
 
 
