@@ -15,6 +15,7 @@ import os
 from enum import StrEnum
 from typing import Annotated, Any, Self, cast
 
+import pydantic_core
 from pydantic import Field, GetCoreSchemaHandler, PlainSerializer, field_validator, model_serializer, model_validator
 from pydantic_core import CoreSchema, core_schema
 
@@ -536,6 +537,16 @@ class TaskPushNotificationConfig(A2AModel):
     url: str
     token: str = ""
     authentication: AuthenticationInfo | None = None
+    # Not on the wire: the protocol version the config was registered with ("" = 1.0; "0.3": its webhook receives
+    # the task in the 0.3 shape). Stores keep it (``to_record``); no binding ever encodes it for a client.
+    protocol_version: str = Field(default="", exclude=True, alias="relaykitProtocolVersion")
+
+    def to_record(self) -> bytes:
+        """The JSON a store keeps: the wire JSON plus the registration's protocol version, when not 1.0."""
+        data = self.to_json()
+        if not self.protocol_version:
+            return data
+        return data[:-1] + b',"relaykitProtocolVersion":' + pydantic_core.to_json(self.protocol_version) + b"}"
 
 
 # --- requests ----------------------------------------------------------------------------------------------

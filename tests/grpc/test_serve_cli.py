@@ -50,7 +50,9 @@ async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str | None
 async def test_card_lists_grpc_at_localhost_after_http(served: ServerProcess) -> None:
     async with httpx.AsyncClient(timeout=TIMEOUT) as http:
         card = (await http.get(f"{served.url}/.well-known/agent-card.json")).json()
-    interfaces = [(i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]]
+    interfaces = [
+        (i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"] if i["protocolVersion"] == "1.0"
+    ]
     assert interfaces == [
         ("JSONRPC", f"http://localhost:{served.port}/"),
         ("HTTP+JSON", f"http://localhost:{served.port}"),

@@ -32,6 +32,7 @@ from relaykit._card import (
     AgentInterface,
     AgentSkill,
 )
+from relaykit._v03 import VERSION as V03
 from relaykit.assembly._server import A2AServer
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus
@@ -45,20 +46,55 @@ from relaykit.server._engine import TaskEngine
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._handler import ExtendedCardProvider, RequestHandler
 
-__all__ = ["DEFAULT_PUBLIC_URL", "assemble", "build_card", "http_interfaces"]
+__all__ = [
+    "DEFAULT_PUBLIC_URL",
+    "PROTOCOLS",
+    "assemble",
+    "build_card",
+    "http_interfaces",
+    "parse_protocols",
+    "served_interfaces",
+]
+
+# The A2A versions relaykit speaks, in the card's order; both are served unless told otherwise.
+PROTOCOLS: tuple[str, ...] = (PROTOCOL_VERSION, V03)
 
 # The base URL of the card (and the push JWT issuer) when none is given: ``relaykit serve``'s default address.
 DEFAULT_PUBLIC_URL = "http://localhost:8000"
 
 
-def http_interfaces(public_url: str) -> list[AgentInterface]:
+def http_interfaces(public_url: str, version: str = PROTOCOL_VERSION) -> list[AgentInterface]:
     """The card's JSON-RPC and HTTP+JSON interfaces for an app whose routes are at ``public_url``."""
     base = public_url.rstrip("/")
-    # CONTRACT: JSON-RPC at {public-url}/, HTTP+JSON at {public-url} (routes at the root).
+    # CONTRACT: JSON-RPC at {public-url}/, HTTP+JSON at {public-url} (routes at the root; 0.3's under /v1/ there).
     return [
-        AgentInterface(url=base + "/", protocol_binding=JSONRPC, protocol_version=PROTOCOL_VERSION),
-        AgentInterface(url=base, protocol_binding=HTTP_JSON, protocol_version=PROTOCOL_VERSION),
+        AgentInterface(url=base + "/", protocol_binding=JSONRPC, protocol_version=version),
+        AgentInterface(url=base, protocol_binding=HTTP_JSON, protocol_version=version),
     ]
+
+
+def served_interfaces(public_url: str, grpc_url: str | None, protocols: Sequence[str]) -> list[AgentInterface]:
+    """Every interface of the card: per protocol version (1.0 first), JSON-RPC, HTTP+JSON and, when on, gRPC."""
+    interfaces: list[AgentInterface] = []
+    for version in protocols:
+        interfaces.extend(http_interfaces(public_url, version))
+        if grpc_url:
+            # CONTRACT: gRPC as a bare host:port.
+            interfaces.append(AgentInterface(url=grpc_url, protocol_binding=GRPC, protocol_version=version))
+    return interfaces
+
+
+def parse_protocols(protocols: str | Sequence[str]) -> tuple[str, ...]:
+    """``"1.0,0.3"`` (or a sequence) as the served versions, 1.0 first; only 1.0 and 0.3 exist."""
+    items = protocols.split(",") if isinstance(protocols, str) else list(protocols)
+    wanted = [".".join(item.strip().split(".")[:2]) for item in items if item.strip()]
+    unknown = sorted(set(wanted) - set(PROTOCOLS))
+    if unknown or PROTOCOL_VERSION not in wanted:
+        raise ValueError(
+            f"protocol versions {', '.join(wanted) or '(none)'}: relaykit serves 1.0, optionally with 0.3 "
+            "(e.g. --protocol 1.0,0.3)"
+        )
+    return tuple(v for v in PROTOCOLS if v in wanted)
 
 
 def build_card(
@@ -70,6 +106,7 @@ def build_card(
     streaming: bool = True,
     push: bool = False,
     extended: bool = False,
+    protocols: Sequence[str] = (PROTOCOL_VERSION,),
 ) -> AgentCard:
     """The served card: the given one (or one derived from the executor) with interfaces and capabilities filled."""
     if card is None:
@@ -84,10 +121,7 @@ def build_card(
             version="1.0.0",
             skills=[AgentSkill(id=name, name=name, description=description, tags=["relaykit"])],
         )
-    interfaces = http_interfaces(public_url)
-    if grpc_url:
-        # CONTRACT: gRPC as a bare host:port.
-        interfaces.append(AgentInterface(url=grpc_url, protocol_binding=GRPC, protocol_version=PROTOCOL_VERSION))
+    interfaces = served_interfaces(public_url, grpc_url, protocols)
     caps = card.capabilities
     capabilities = AgentCapabilities(
         streaming=streaming if caps.streaming is None else caps.streaming and streaming,
@@ -131,6 +165,7 @@ def assemble(
     heartbeat: float | None = None,
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
+    protocols: str | Sequence[str] = PROTOCOLS,
 ) -> A2AServer:
     """The ``A2AServer`` for ``executor``, not yet started: serve it with any binding, or none (a worker).
 
@@ -144,8 +179,10 @@ def assemble(
 
     The options are ``create_app``'s (see there), less the HTTP ones. ``public_url`` (default ``DEFAULT_PUBLIC_URL``)
     is the base of the card's JSON-RPC and HTTP+JSON interfaces and the push JWT issuer; ``grpc_url`` adds the
-    GRPC interface. The default store is ``memory`` (``relaykit serve`` defaults to SQLite).
+    GRPC interface. The default store is ``memory`` (``relaykit serve`` defaults to SQLite). ``protocols``: the A2A
+    versions served, ``("1.0", "0.3")`` by default; ``"1.0"`` turns 0.3 off (its requests get VersionNotSupported).
     """
+    served_versions = parse_protocols(protocols)
     redis_url = bus if isinstance(bus, str) and bus != "memory" else None
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError(f"unknown bus {bus!r}: use memory or redis://…")
@@ -213,6 +250,7 @@ def assemble(
         streaming=streaming,
         push=push,
         extended=extended_card is not None,
+        protocols=served_versions,
     )
     handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card)
     if sender is not None:
@@ -223,4 +261,5 @@ def assemble(
     server.push_sender = sender
     server.push_signer = signer
     server.public_url = public_url
+    server.protocols = served_versions
     return server

@@ -78,6 +78,8 @@ def add_serve_parser(sub: Any) -> None:
         help="allow webhooks to this host or network (repeatable)",
     )
     _add_push_options(p)
+    # A2A versions served (issue 12): 0.3 goes through the codec in front of the same handler; 1.0 alone turns it off.
+    p.add_argument("--protocol", default="1.0,0.3", metavar="VERSIONS", help="A2A versions served (default 1.0,0.3)")
     p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
     p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
@@ -180,6 +182,15 @@ def _push_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 _RELOAD_OPTIONS = "RELAYKIT_SERVE_OPTIONS"
 
 
+def _protocols(args: argparse.Namespace) -> tuple[str, ...]:
+    from relaykit.assembly._assemble import parse_protocols
+
+    try:
+        return parse_protocols(getattr(args, "protocol", "1.0,0.3"))
+    except ValueError as exc:
+        raise CliError(f"--protocol: {exc}") from None
+
+
 def _checked_bus(args: argparse.Namespace) -> str:
     bus = _bus_url(args)
     if bus != "memory" and not bus.startswith(("redis://", "rediss://", "unix://")):
@@ -212,6 +223,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
             lease=args.lease,
             heartbeat=args.heartbeat,
             idempotency_window=args.idempotency_window,
+            protocols=_protocols(args),
             **_push_kwargs(args),
         )
     except (ImportError, ValueError) as exc:

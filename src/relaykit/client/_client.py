@@ -37,6 +37,7 @@ from relaykit._errors import (
     A2ATaskFailedError,
     A2ATaskInputRequiredError,
     A2ATaskRejectedError,
+    InvalidParamsError,
     UnsupportedOperationError,
 )
 from relaykit._methods import OPERATIONS_BY_NAME, Operation
@@ -62,6 +63,7 @@ from relaykit._types import (
     TaskPushNotificationConfig,
     TaskState,
 )
+from relaykit._v03 import is_v03
 from relaykit.client._auth import Interceptor
 from relaykit.client._card import CardResolver, choose_interface
 from relaykit.client._policies import ResumePolicy, RetryPolicy, retryable
@@ -162,15 +164,16 @@ class Client:
 
     def _make_transport(self, interface: AgentInterface) -> ClientTransport:
         binding = interface.protocol_binding.upper()
+        legacy = is_v03(interface.protocol_version)  # an A2A 0.3 interface: the same transports, via the codec
         # Bug fix: ``stream_timeout`` was computed and never used, so streams got the unary ``timeout`` as their read
         # timeout and a quiet long-running task (no event for ``timeout`` seconds) broke its stream.
         if binding == "JSONRPC":
             return JSONRPCTransport(
-                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout
+                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout, v03=legacy
             )
         if binding == "HTTP+JSON":
             return RESTTransport(
-                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout
+                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout, v03=legacy
             )
         if binding == "GRPC" and _grpc_available():
             module = importlib.import_module("relaykit.client._grpc")
@@ -179,6 +182,7 @@ class Client:
                 tenant=interface.tenant,
                 timeout=self._timeout,
                 stream_timeout=self._stream_timeout.read,
+                v03=legacy,
             )
             return transport
         raise ValueError(f"unsupported binding {binding}")
@@ -458,9 +462,11 @@ class Client:
                     return
                 # The stream closed before the task was final (proxy idle timeout, server restart): resume.
                 failure: A2AError = A2AConnectionError("the stream ended before the task finished")
-            except UnsupportedOperationError:
-                # Resubscribing to a task that ended meanwhile: fetch its final state instead.
-                if view.task_id is None or attempts == 0:
+            except (UnsupportedOperationError, InvalidParamsError) as exc:
+                # Resubscribing to a task that ended meanwhile: fetch its final state instead. (0.3 servers answered
+                # that resubscription with InvalidParams; a 1.0 server's InvalidParams is a real error.)
+                legacy = getattr(self._transport, "v03", False)
+                if view.task_id is None or attempts == 0 or (isinstance(exc, InvalidParamsError) and not legacy):
                     raise
                 for event in view.accept(StreamResponse(task=await self.get_task(view.task_id)), None):
                     yield event

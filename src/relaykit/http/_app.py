@@ -30,9 +30,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from relaykit._card import HTTP_JSON, JSONRPC, AgentCard
+from relaykit._card import HTTP_JSON, JSONRPC, AgentCard, AgentInterface
 from relaykit._openapi import OPENAPI_PATH, openapi_json
-from relaykit.assembly._assemble import assemble, build_card, http_interfaces
+from relaykit._v03 import VERSION as V03
+from relaykit._v03 import card_json
+from relaykit.assembly._assemble import PROTOCOLS, assemble, build_card, http_interfaces
 from relaykit.assembly._server import A2AServer
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus
@@ -75,7 +77,8 @@ class _RenderedCard:
     __slots__ = ("body", "etag", "headers")
 
     def __init__(self, card: AgentCard, max_age: int) -> None:
-        self.body = card.to_json()
+        # The 1.0 card, with the 0.3 members merged in when it lists a 0.3 interface (relaykit._v03._card).
+        self.body = card_json(card)
         self.etag = b'"' + hashlib.sha256(self.body).hexdigest()[:32].encode() + b'"'
         self.headers = [
             (b"etag", self.etag),
@@ -101,9 +104,15 @@ class _CardEndpoint:
     def _for_base(self, base: str) -> _RenderedCard:
         rendered = self._by_base.get(base)
         if rendered is None:
-            # The GRPC interface (a host:port of its own) stays as built; only the HTTP ones follow the request.
-            others = [i for i in self.card.supported_interfaces if i.protocol_binding not in (JSONRPC, HTTP_JSON)]
-            card = self.card.model_copy(update={"supported_interfaces": [*http_interfaces(base), *others]})
+            # The GRPC interfaces (a host:port of their own) stay as built; only the HTTP ones follow the request,
+            # for every protocol version the card lists, in its order.
+            interfaces: list[AgentInterface] = []
+            for interface in self.card.supported_interfaces:
+                if interface.protocol_binding == JSONRPC:
+                    interfaces.extend(http_interfaces(base, interface.protocol_version))
+                elif interface.protocol_binding != HTTP_JSON:
+                    interfaces.append(interface)
+            card = self.card.model_copy(update={"supported_interfaces": interfaces})
             rendered = _RenderedCard(card, self.max_age)
             if len(self._by_base) >= CARD_BASES:
                 del self._by_base[next(iter(self._by_base))]  # the oldest: a bound, not a policy
@@ -274,8 +283,9 @@ def http_app(
     health, readiness, push endpoints and ``GET /openapi.json``; ``inspector=True`` mounts the web inspector at
     ``/inspector/``. ``app.state.relaykit`` is ``server``. ``create_app`` is assemble + this."""
     handler = server.handler
-    jsonrpc = _Guarded(server, JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive))
-    rest = _Guarded(server, RESTBinding(handler, max_body=max_body, keepalive=keepalive))
+    v03 = V03 in server.protocols
+    jsonrpc = _Guarded(server, JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive, v03=v03))
+    rest = _Guarded(server, RESTBinding(handler, max_body=max_body, keepalive=keepalive, v03=v03))
     # JSON-RPC first: no other route matches POST / (the REST mount takes it only as a fallback), and _App calls
     # the first route directly for that request.
     rpc_route = Route("/", jsonrpc, methods=["POST"])
@@ -338,9 +348,11 @@ def create_app(
     heartbeat: float | None = None,
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
+    protocols: str | Sequence[str] = PROTOCOLS,
     inspector: bool = False,
 ) -> Starlette:
-    """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root).
+    """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root), and
+    as an A2A 0.3 agent on the same endpoints (0.3 method names, ``/v1/…`` routes) unless ``protocols="1.0"``.
 
     The engine, stores, bus and push delivery are ``relaykit.assembly.assemble(executor, **options)``; this adds
     the HTTP app over it (``max_body``: request bodies over it get 413; ``keepalive``: SSE keep-alive seconds;

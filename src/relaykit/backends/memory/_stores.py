@@ -248,7 +248,7 @@ class MemoryPushConfigStore:
         return bool(self._configs)
 
     async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
-        self._configs.setdefault((config.tenant, owner, config.task_id), {})[config.id] = config.to_json()
+        self._configs.setdefault((config.tenant, owner, config.task_id), {})[config.id] = config.to_record()
 
     async def get(
         self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous"
