@@ -1,7 +1,8 @@
 """Resolve ``relaykit serve TARGET``: ``path/to/file.py[:name]`` or ``package.module:name``.
 
-``name`` may be an ``AgentExecutor`` instance or class, an ``@agent`` function, or an ASGI app made with
-``create_app``. Without ``:name`` the module's ``agent`` is used, else its only executor.
+``name`` may be an ``AgentExecutor`` instance or class, an ``@agent`` function, an ASGI app made with
+``create_app``, or a framework's agent (pydantic-ai, a compiled LangGraph graph, OpenAI Agents SDK, Google ADK).
+Without ``:name`` the module's ``agent`` is used, else its only executor.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from relaykit.adapters._detect import as_executor, framework_of
 from relaykit.server._executor import AgentExecutor
 
 __all__ = ["TargetError", "load_target"]
@@ -58,6 +60,8 @@ def _is_app(obj: Any) -> bool:
 def _usable(obj: Any) -> Any:
     if isinstance(obj, AgentExecutor) or _is_app(obj):
         return obj
+    if framework_of(obj) is not None:
+        return as_executor(obj)
     if inspect.isclass(obj) and issubclass(obj, AgentExecutor) and not inspect.isabstract(obj):
         return obj()
     return None
@@ -74,7 +78,7 @@ def load_target(target: str) -> Any:
         if found is None:
             raise TargetError(
                 f"{target} is neither an AgentExecutor (instance or class), an @agent function, "
-                "nor an app made with create_app"
+                "an app made with create_app, nor an agent of pydantic-ai, LangGraph, OpenAI Agents or ADK"
             )
         return found
     if hasattr(module, "agent"):
@@ -88,6 +92,7 @@ def load_target(target: str) -> Any:
         and (
             isinstance(value, AgentExecutor)
             or _is_app(value)
+            or framework_of(value) is not None
             or (inspect.isclass(value) and issubclass(value, AgentExecutor) and value.__module__ == module.__name__)
         )
     ]

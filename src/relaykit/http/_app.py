@@ -33,6 +33,7 @@ from relaykit._card import (
     AgentInterface,
     AgentSkill,
 )
+from relaykit.adapters._detect import as_executor
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus, LocalEventBus
 from relaykit.backends._url import open_push_store, open_store
@@ -333,7 +334,7 @@ class _Endpoint:
 
 
 def create_app(
-    executor: AgentExecutor,
+    executor: AgentExecutor | object,
     *,
     card: AgentCard | None = None,
     store: TaskStore | str = "memory",
@@ -398,6 +399,7 @@ def create_app(
         task_store = open_store(store, namespace=namespace, shared=redis_url is not None)
     else:
         task_store = store
+    executor = as_executor(executor, store=task_store)  # a framework's agent or graph gets its adapter
     if push_store is None:
         push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
     sender: PushSender | None = None
