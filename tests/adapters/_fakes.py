@@ -240,7 +240,7 @@ def openai_agents_agent(probe: Probe, extra_tools: list[Any] | None = None) -> A
     class Offline(Model):
         async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> Any:
             probe.calls += 1
-            action, scripted = step(input)
+            _action, scripted = step(input)
             if scripted is None:
                 raise RuntimeError(SECRET)
             return await ScriptedModel([scripted]).get_response(system_instructions, input, *args, **kwargs)

@@ -97,7 +97,9 @@ class RelaykitDriver:
                          last=event.last_chunk, task_id=event.task_id)  # fmt: skip
             elif isinstance(event, TaskStatusUpdateEvent):
                 msg = event.status.message
-                yield Ev("status", _state(event.status.state.value), text=msg.text if msg else "", task_id=event.task_id)
+                yield Ev(
+                    "status", _state(event.status.state.value), text=msg.text if msg else "", task_id=event.task_id
+                )
 
     async def cancel(self, task_id: str) -> str:
         task = await asyncio.wait_for(self.client.cancel(task_id), CALL_TIMEOUT)
@@ -174,7 +176,8 @@ class SdkDriver:
     async def send(self, text: str, *, task_id: str | None = None, context_id: str | None = None) -> Outcome:
         async with asyncio.timeout(CALL_TIMEOUT):
             responses = [r async for r in self.unary.send_message(self._message(text, task_id, context_id))]
-        assert len(responses) == 1 and responses[0].WhichOneof("payload") == "task", responses
+        assert len(responses) == 1, responses
+        assert responses[0].WhichOneof("payload") == "task", responses
         return self._outcome(responses[0].task)
 
     async def stream(self, text: str, *, context_id: str | None = None) -> AsyncIterator[Ev]:

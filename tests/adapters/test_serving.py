@@ -58,11 +58,12 @@ async def test_stream_is_one_artifact_in_chunks(framework: str, driver_kind: str
     assert [p.append for p in parts] == [False] + [True] * (len(parts) - 1)
     assert [p.last for p in parts] == [False] * (len(parts) - 1) + [True]
     assert "".join(p.text for p in parts) == "You said: one two three (turn 1)"
-    assert events[-1].kind == "status" and events[-1].state == "COMPLETED"
+    assert events[-1].kind == "status"
+    assert events[-1].state == "COMPLETED"
 
 
 async def test_second_turn_sees_the_first(framework: str, driver_kind: str) -> None:
-    agent, probe = make(framework)
+    agent, _probe = make(framework)
     with serving(agent) as url:
         async with DRIVERS[driver_kind](url) as client:
             first = await client.send("first")
