@@ -6,6 +6,8 @@ wrappers (``pydantic_ai_tool``, ``langchain_tool``, ``openai_agents_tool``, ``ad
 
 Rules:
 
+* each call opens a client from the remote card (fetched once, then cached), unless a ``Client`` was given: a tool
+  is often made in one event loop and called in another (the server's), and connections do not cross loops;
 * one remote conversation (A2A context) per local conversation: the caller passes its own conversation key (the
   framework's conversation or thread id), so two users of the local agent never share a remote context;
 * a remote question (INPUT_REQUIRED) is returned as the tool's text, prefixed so the model knows to answer it; the
@@ -17,9 +19,10 @@ Rules:
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import re
+from collections.abc import AsyncIterator
 from typing import Any
 
 from relaykit._card import AgentCard
@@ -59,35 +62,35 @@ class RemoteAgent:
     """
 
     def __init__(self, target: str | Client, *, client_options: dict[str, Any] | None = None) -> None:
-        if isinstance(target, Client):
-            self._client: Client | None = target
-            self.url = target.url or ""
-        else:
-            self._client = None
-            self.url = target
-        self._owns_client = self._client is None
-        self._connected = False
+        self._given = target if isinstance(target, Client) else None
+        self.url = target.url or "" if isinstance(target, Client) else target
         self._options = dict(client_options or {})
-        self._connect = asyncio.Lock()
+        self._card: AgentCard | None = None
         # local conversation key -> (remote context id, remote task waiting for input or None)
         self._threads: dict[str, tuple[str, str | None]] = {}
 
-    async def client(self) -> Client:
-        """The connected client (connecting on first use: the card is fetched and a transport chosen)."""
-        async with self._connect:
-            if self._client is None:
-                self._client = Client(self.url, **self._options)
-            if not self._connected:
-                await self._client.connect()
-                self._connected = True
-            return self._client
+    @contextlib.asynccontextmanager
+    async def _session(self) -> AsyncIterator[Client]:
+        # A given client is the caller's (and its event loop's). Otherwise each call opens its own client from the
+        # cached card: a tool is often made in one event loop (asyncio.run at import time) and called in another
+        # (the server's), and a client kept across loops would hold connections of a loop that is gone.
+        if self._given is not None:
+            await self._given.connect()
+            yield self._given
+            return
+        async with Client(self.url, card=self._card, **self._options) as client:
+            if self._card is None:
+                self._card = client.card
+            yield client
 
     async def card(self) -> AgentCard:
-        """The remote agent's card."""
-        client = await self.client()
-        if client.card is None:  # a client built on a bare transport has no card
+        """The remote agent's card (fetched once)."""
+        if self._card is None:
+            async with self._session() as client:
+                self._card = client.card
+        if self._card is None:  # a client built on a bare transport has no card
             return AgentCard(name=tool_name(self.url or "remote_agent"), description="A remote A2A agent.")
-        return client.card
+        return self._card
 
     async def describe(self) -> tuple[str, str]:
         """A tool name and description for the remote agent, from its card (name, description and skills)."""
@@ -100,9 +103,9 @@ class RemoteAgent:
 
     async def ask(self, text: str, *, conversation: str = "") -> str:
         """Send ``text`` in the remote conversation that goes with ``conversation``; return the answer's text."""
-        client = await self.client()
         context_id, task_id = self._threads.get(conversation, (None, None))
-        result = await client.send(text, context_id=context_id, task_id=task_id)
+        async with self._session() as client:
+            result = await client.send(text, context_id=context_id, task_id=task_id)
         if isinstance(result, Message):
             if result.context_id:
                 self._threads[conversation] = (result.context_id, None)
@@ -128,9 +131,3 @@ class RemoteAgent:
         if not answer and message is not None:
             answer = _parts_text(message.parts)
         return answer
-
-    async def aclose(self) -> None:
-        """Close the client if this object made it (a client given to it stays the caller's)."""
-        if self._client is not None and self._owns_client:
-            client, self._client, self._connected = self._client, None, False
-            await client.aclose()
