@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from client._procs import start_sdk
 from support.servers import ServerProcess
 
 from adapters._fakes import FACTORIES, Probe
 from adapters.conftest import CALL_TIMEOUT, FRAMEWORKS, serving
-from client._procs import start_sdk
 from relaykit import agent
 from relaykit.adapters import RemoteAgent
 from relaykit.adapters._remote import QUESTION_PREFIX
@@ -111,6 +111,5 @@ async def test_remote_failure_is_a_typed_error() -> None:
     async def broken(context: Any) -> str:
         raise RuntimeError("nope")
 
-    with serving(broken) as url:
-        with pytest.raises(A2ATaskFailedError):
-            await asyncio.wait_for(RemoteAgent(url).ask("hi"), CALL_TIMEOUT)
+    with serving(broken) as url, pytest.raises(A2ATaskFailedError):
+        await asyncio.wait_for(RemoteAgent(url).ask("hi"), CALL_TIMEOUT)
