@@ -15,6 +15,7 @@ PUBLIC = [
     "relaykit.testing",
     "relaykit.client",
     "relaykit.push",
+    "relaykit.adapters",
 ]
 
 
