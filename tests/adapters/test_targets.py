@@ -146,3 +146,44 @@ async def test_serving_echo_imports_no_framework(tmp_path: Path) -> None:
     modules = json.loads(out.read_text())
     assert "relaykit.http._app" in modules, "the hook saw the server"
     assert framework_modules(modules) == []
+
+
+async def test_structured_output_is_a_data_part() -> None:
+    from pydantic import BaseModel
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+
+    class City(BaseModel):
+        name: str
+        population: int
+
+    model = TestModel(custom_output_args={"name": "Paris", "population": 2100000})
+    with serving(Agent(model, name="cities", output_type=City)) as url:
+        async with Client(url) as client:
+            task = await asyncio.wait_for(client.send("the biggest city?"), CALL_TIMEOUT)
+    assert task.status.state.name == "COMPLETED"
+    assert [p.data for a in task.artifacts for p in a.parts] == [{"name": "Paris", "population": 2100000}]
+
+
+async def test_a_graph_without_messages_answers_with_its_values() -> None:
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict, total=False):
+        question: str
+        answer: str
+
+    def answer(state: State) -> State:
+        return {"answer": state["question"].upper()}
+
+    builder = StateGraph(State)
+    builder.add_node("answer", answer)
+    builder.add_edge(START, "answer")
+    builder.add_edge("answer", END)
+    executor = as_executor(builder.compile(), input_key="question")
+    with serving(executor) as url:
+        async with Client(url) as client:
+            task = await asyncio.wait_for(client.send("shout"), CALL_TIMEOUT)
+    assert task.status.state.name == "COMPLETED"
+    assert [p.data for a in task.artifacts for p in a.parts] == [{"question": "shout", "answer": "SHOUT"}]

@@ -45,31 +45,23 @@ APPROVALS = frozenset({"y", "yes", "ok", "okay", "approve", "approved", "allow",
 class TextStream:
     """One text artifact, streamed chunk by chunk: the last chunk is held back so it can carry ``lastChunk``."""
 
-    __slots__ = ("_pending", "artifact_id", "name", "parts", "updater")
+    __slots__ = ("_pending", "artifact_id", "name", "updater")
 
     def __init__(self, updater: TaskUpdater, name: str = "response") -> None:
         self.updater = updater
         self.name = name
         self.artifact_id: str | None = None
         self._pending: str | None = None
-        # The text published so far, for adapters that must not send the same answer twice.
-        self.parts: list[str] = []
 
     @property
     def started(self) -> bool:
         """Whether any text arrived this turn."""
         return self._pending is not None or self.artifact_id is not None
 
-    @property
-    def text(self) -> str:
-        """Everything streamed so far, joined."""
-        return "".join(self.parts)
-
     async def add(self, chunk: str) -> None:
         """Queue ``chunk``; the chunk before it goes out now."""
         if not chunk:
             return
-        self.parts.append(chunk)
         pending = self._pending
         self._pending = chunk
         if pending is not None:
