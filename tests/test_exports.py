@@ -16,6 +16,7 @@ PUBLIC = [
     "relaykit.testing",
     "relaykit.client",
     "relaykit.push",
+    "relaykit.adapters",
     "relaykit.inspector",
 ]
 

@@ -133,7 +133,7 @@ def build_card(
 
 
 def assemble(
-    executor: AgentExecutor,
+    executor: AgentExecutor | object,
     *,
     card: AgentCard | None = None,
     store: TaskStore | str = "memory",
@@ -191,6 +191,11 @@ def assemble(
         task_store = open_store(store, namespace=namespace, shared=redis_url is not None)
     else:
         task_store = store
+    # A framework's agent or graph (pydantic-ai, LangGraph, OpenAI Agents, ADK) gets its adapter, which keeps its
+    # conversations with this store; an executor passes through unchanged.
+    from relaykit.adapters._detect import as_executor
+
+    executor = as_executor(executor, store=task_store)
     if push_store is None:
         push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
     sender: PushSender | None = None

@@ -1,7 +1,8 @@
 """Resolve ``relaykit serve TARGET``: ``path/to/file.py[:name]`` or ``package.module:name``.
 
-``name`` may be an ``AgentExecutor`` instance or class, an ``@agent`` function, or an ASGI app made with
-``create_app``. Without ``:name`` the module's ``agent`` is used, else its only executor.
+``name`` may be an ``AgentExecutor`` instance or class, an ``@agent`` function, an ASGI app made with
+``create_app``, or a framework's agent (pydantic-ai, a compiled LangGraph graph, OpenAI Agents SDK, Google ADK).
+Without ``:name`` the module's ``agent`` is used, else its only executor.
 
 Every way this can fail raises ``CliError`` with one line that says what to pass instead; an exception raised by the
 user's own module while it is imported (a syntax error, a missing import, ``raise`` at top level) is reported as
@@ -18,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from relaykit.adapters._detect import as_executor, framework_of
 from relaykit.cli._fail import CliError, user_code_error
 from relaykit.server._executor import AgentExecutor
 
@@ -94,6 +96,8 @@ def _is_app(obj: Any) -> bool:
 def _usable(obj: Any) -> Any:
     if isinstance(obj, AgentExecutor) or _is_app(obj):
         return obj
+    if framework_of(obj) is not None:
+        return as_executor(obj)
     if inspect.isclass(obj) and issubclass(obj, AgentExecutor) and not inspect.isabstract(obj):
         try:
             return obj()
@@ -103,7 +107,7 @@ def _usable(obj: Any) -> Any:
 
 
 def _candidates(module: ModuleType) -> dict[str, Any]:
-    """The module's public agents: executors, executor classes defined in it, relaykit apps."""
+    """The module's public agents: executors, executor classes defined in it, relaykit apps, framework agents."""
     return {
         key: value
         for key, value in vars(module).items()
@@ -111,6 +115,7 @@ def _candidates(module: ModuleType) -> dict[str, Any]:
         and (
             isinstance(value, AgentExecutor)
             or _is_app(value)
+            or framework_of(value) is not None
             or (inspect.isclass(value) and issubclass(value, AgentExecutor) and value.__module__ == module.__name__)
         )
     }
@@ -129,7 +134,7 @@ def load_target(target: str) -> Any:
         if found is None:
             raise CliError(
                 f"{target} is neither an AgentExecutor (instance or class), an @agent function, "
-                "nor an app made with create_app"
+                "an app made with create_app, nor an agent of pydantic-ai, LangGraph, OpenAI Agents or ADK"
             )
         return found
     if hasattr(module, "agent"):

@@ -314,7 +314,7 @@ def http_app(
 
 
 def create_app(
-    executor: AgentExecutor,
+    executor: AgentExecutor | object,
     *,
     card: AgentCard | None = None,
     store: TaskStore | str = "memory",
