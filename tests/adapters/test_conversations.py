@@ -36,16 +36,29 @@ async def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Any
     return PostgresTaskStore(url, namespace=namespace), lambda: PostgresTaskStore(url, namespace=namespace)
 
 
-@pytest.fixture(
-    params=[_memory, _sqlite, pytest.param(_postgres, marks=pytest.mark.postgres)], ids=["memory", "sqlite", "postgres"]
-)
-async def tasks(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Any, Callable[[], Any]]]:
+async def _opened(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Any, Callable[[], Any]]]:
     store, reopen = await request.param(tmp_path, request)
     await store.start()
     try:
         yield store, reopen
     finally:
         await store.close()
+
+
+_POSTGRES = pytest.param(_postgres, marks=pytest.mark.postgres)
+
+
+@pytest.fixture(params=[_memory, _sqlite, _POSTGRES], ids=["memory", "sqlite", "postgres"])
+async def tasks(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Any, Callable[[], Any]]]:
+    async for opened in _opened(request, tmp_path):
+        yield opened
+
+
+@pytest.fixture(params=[_sqlite, _POSTGRES], ids=["sqlite", "postgres"])
+async def durable_tasks(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[Any, Callable[[], Any]]]:
+    """The stores that keep conversations across a restart (memory does not, by design)."""
+    async for opened in _opened(request, tmp_path):
+        yield opened
 
 
 KEY = ConversationKey("ctx-1", "pydantic-ai", "acme", "alice")
@@ -77,10 +90,8 @@ async def test_scopes_and_kinds_are_separate(tasks: tuple[Any, Callable[[], Any]
     assert await conversations.load(KEY) == b"alice's"
 
 
-async def test_survives_reopening_the_store(tasks: tuple[Any, Callable[[], Any]]) -> None:
-    store, reopen = tasks
-    if isinstance(store, MemoryTaskStore):
-        pytest.skip("memory is not durable")
+async def test_survives_reopening_the_store(durable_tasks: tuple[Any, Callable[[], Any]]) -> None:
+    store, reopen = durable_tasks
     await open_conversations(store).save(KEY, b"\x00binary\xff")
     await store.close()
     again = reopen()
