@@ -48,9 +48,56 @@ def test_card_page_shows_the_agent_and_its_findings(page: Any, agents: Agents) -
     open_inspector(page, agents["echo"].url + "/inspector/")
     assert page.locator("#card-name").inner_text() == "echo"
     assert page.locator("#findings li[data-level=error]").count() == 0
-    assert page.locator("#interfaces tbody tr").count() == 2
-    assert page.locator("#interfaces tbody").inner_text().count("reachable") == 2
+    # relaykit serves 1.0 and 0.3 by default: one interface per binding per version, every one probed.
+    rows = page.locator("#interfaces tbody tr")
+    assert rows.count() == 4
+    cells = rows.evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    assert sorted((c[0], c[2].split(".")[0]) for c in cells) == [
+        ("HTTP+JSON", "0"),
+        ("HTTP+JSON", "1"),
+        ("JSONRPC", "0"),
+        ("JSONRPC", "1"),
+    ]
+    assert [c[3] for c in cells] == ["reachable"] * 4, cells
     shot(page, "card-echo")
+
+
+def test_chat_over_0_3_with_a_dual_stack_agent(page: Any, agents: Agents) -> None:
+    open_inspector(page, agents["echo"].url + "/inspector/")
+    versions = page.locator("#version option").evaluate_all("options => options.map(o => o.value)")
+    assert page.locator("#version").input_value().startswith("1.")  # 1.0 by default
+    old = next(v for v in versions if v.startswith("0."))
+    page.get_by_label("Version").select_option(old)
+    page.get_by_role("button", name="Connect").click()
+    page.wait_for_selector("#findings li")
+    streamed = chat(page, "hello over 0.3")
+    streamed.locator("[data-state=COMPLETED]").wait_for()
+    assert "hello over 0.3" in streamed.locator(".artifacts").inner_text()
+    assert f"A2A {old}" in streamed.inner_text()
+    # Unary too (SendMessage), then what the agent sent, beside what the client decoded: the 0.3 shape.
+    page.locator("#chat-stream").uncheck()
+    unary = chat(page, "once more, unary")
+    unary.locator("[data-state=COMPLETED]").wait_for()
+    assert f"A2A {old}" in unary.inner_text()
+    shot(page, "chat-0.3")
+    page.get_by_role("tab", name="Timeline").click()
+    sent: list[Any] = []
+    decoded: list[Any] = []
+    tasks = page.locator("#tl-task option").evaluate_all("options => options.map(o => o.value)")
+    assert len(tasks) == 2  # the streamed task and the unary one
+    for task in tasks:
+        page.locator("#tl-task").select_option(task)
+        sent += [json.loads(t) for t in page.locator("#timeline pre.wire").all_text_contents()]
+        rows = page.locator("#timeline tbody td:last-child details:not(.wire) pre")
+        decoded += [json.loads(t) for t in rows.all_text_contents()]
+    assert len(sent) == len(decoded) >= 3, (sent, decoded)  # every event and response has both
+    results = [s["result"] for s in sent]  # JSON-RPC envelopes, as sent
+    kinds = {r.get("kind") for r in results}
+    assert "task" in kinds and kinds <= {"task", "message", "status-update", "artifact-update"}, kinds
+    states = [r["status"]["state"] for r in results if "status" in r]
+    assert "completed" in states  # 0.3's lower-case state names
+    assert all("kind" not in d for d in decoded)  # the client's view is 1.0 ProtoJSON
+    shot(page, "timeline-0.3")
 
 
 class _BadCard(BaseHTTPRequestHandler):
