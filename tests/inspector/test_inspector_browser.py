@@ -1,5 +1,5 @@
 """The inspector in headless Chromium, against the example agents (``relaykit serve … --inspector``), a deliberately
-bad card and an a2a-sdk 1.3.0 agent (``relaykit inspect``). Every wait is bounded (``PAGE_TIMEOUT_MS``); each test
+bad card, an a2a-sdk 1.3.0 agent and an a2a-sdk 0.3.26 agent (``relaykit inspect``). Every wait is bounded (``PAGE_TIMEOUT_MS``); each test
 writes screenshots of the pages it visits (see conftest)."""
 
 from __future__ import annotations
@@ -391,3 +391,49 @@ def test_inspect_an_a2a_sdk_agent(page: Any, agents: Agents) -> None:
     page.get_by_role("tab", name="Timeline").click()
     assert page.locator("#timeline tbody tr").count() >= 1
     shot(page, "timeline-sdk")
+
+
+def test_inspect_an_a2a_sdk_0_3_agent(page: Any, sdk03_inspect: Agents) -> None:
+    open_inspector(page, sdk03_inspect["inspect"].url + "/")
+    assert page.locator("#card-name").inner_text() == "sdk03 kitchen"
+    assert page.locator("#findings li[data-level=error]").count() == 0
+    # A 0.3 card (url + additionalInterfaces): every interface is 0.3, every one relaykit's client speaks is probed.
+    cells = page.locator("#interfaces tbody tr").evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    assert {c[0] for c in cells} >= {"JSONRPC", "HTTP+JSON"}
+    assert all(c[2].startswith("0.3") for c in cells), cells
+    # gRPC is probed when this environment has grpcio (relaykit[grpc]), else listed as skipped.
+    assert all(c[3] == "reachable" for c in cells if c[0] != "GRPC" or c[3] != "skipped"), cells
+    assert [c[3] for c in cells if c[0] != "GRPC"] == ["reachable", "reachable"], cells
+    assert page.locator("#version").input_value().startswith("0.3")  # the only version on offer
+    shot(page, "card-sdk03")
+    bubble = chat(page, "hello sdk03")
+    bubble.locator("[data-state=COMPLETED]").wait_for()
+    assert "hello sdk03" in bubble.locator(".artifacts").inner_text()
+    assert "via JSONRPC · A2A 0.3" in bubble.inner_text()
+    streamed = chat(page, "stream 3")
+    streamed.locator("[data-state=COMPLETED]").wait_for()
+    assert all(f"chunk {i}" in streamed.locator(".artifacts").inner_text() for i in range(3))
+    asked = chat(page, "ask me")
+    asked.locator("[data-state=INPUT_REQUIRED]").wait_for()
+    answered = chat(page, "Ada")
+    answered.locator("[data-state=COMPLETED]").wait_for()
+    assert "got: Ada" in answered.inner_text()
+    page.get_by_label("Transport").select_option("HTTP+JSON")
+    page.get_by_role("button", name="Connect").click()
+    rest = chat(page, "hello over rest")
+    rest.locator("[data-state=COMPLETED]").wait_for()
+    assert "via HTTP+JSON · A2A 0.3" in rest.inner_text()
+    shot(page, "chat-sdk03")
+    # The timeline shows what the agent sent: over 0.3 HTTP+JSON the 0.3 ProtoJSON (a status update carries
+    # ``final``, which 1.0 dropped), over 0.3 JSON-RPC the 0.3 JSON (``kind``, lower-case states).
+    page.get_by_role("tab", name="Timeline").click()
+    sent = [json.loads(t) for t in page.locator("#timeline pre.wire").all_text_contents()]
+    updates = [s["statusUpdate"] for s in sent if "statusUpdate" in s]
+    assert updates and updates[-1]["final"] is True, sent
+    shot(page, "timeline-sdk03")
+    first = page.locator("#tl-task option").first.get_attribute("value")
+    assert first is not None
+    page.locator("#tl-task").select_option(first)
+    results = [json.loads(t)["result"] for t in page.locator("#timeline pre.wire").all_text_contents()]
+    assert results and all("kind" in r for r in results), results
+    assert "completed" in [r["status"]["state"] for r in results if "status" in r]
