@@ -225,9 +225,9 @@ def test_negotiation_by_protocol_version() -> None:
     assert choose_interface(card, ("JSONRPC", "HTTP+JSON"), "0.3").url == "http://rpc-old/"
     assert choose_interface(card, ("HTTP+JSON", "JSONRPC"), "0.3").url == "http://rest-old"
     only_new = _card(("JSONRPC", "http://rpc-1/"))
-    with pytest.raises(A2AInvalidCardError, match="no A2A 0.3 interface"):
+    with pytest.raises(A2AInvalidCardError, match=r"no A2A 0\.3 interface"):
         choose_interface(only_new, ("JSONRPC",), "0.3")
-    with pytest.raises(ValueError, match="speaks 1.0 and 0.3"):
+    with pytest.raises(ValueError, match=r"speaks 1\.0 and 0\.3"):
         choose_interface(card, ("JSONRPC",), "2.0")
 
 
@@ -245,13 +245,15 @@ async def test_protocol_version_speaks_03_to_a_dual_stack_agent(recorder: Record
                 assert isinstance(task, Task)
                 assert [e async for e in client.stream("stream 2")]
         async with Client(card=card, protocol_version="1.0") as modern:
-            assert modern.interface is not None and modern.interface.protocol_version.startswith("1.")
+            assert modern.interface is not None
+            assert modern.interface.protocol_version.startswith("1.")
             await modern.send("as 1.0")
     sent = [(r.path, r.headers.get("a2a-version"), json.loads(r.body or b"{}")) for r in recorder.a2a_requests()]
     rpc03 = [body for path, version, body in sent if path == "/" and version is None]
     assert {body["method"] for body in rpc03} == {"message/send", "message/stream"}  # the 0.3 method names
     rest03 = [path for path, version, _ in sent if version is None and path != "/"]
-    assert rest03 and all(path.startswith("/v1/") for path in rest03)  # the 0.3 REST routes
+    assert rest03
+    assert all(path.startswith("/v1/") for path in rest03)
     assert sum(1 for _, version, _ in sent if version == "1.0") == 1  # only the 1.0 client named 1.0
 
 

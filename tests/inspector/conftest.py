@@ -1,5 +1,6 @@
 """Fixtures for the inspector tests: the example agents served with ``--inspector``, a ``relaykit inspect``
-process, an a2a-sdk 1.3.0 agent, an a2a-sdk 0.3.26 agent (``sdk03_inspect``), and one headless Chromium per module (Playwright pointed at Debian's chromium).
+process, an a2a-sdk 1.3.0 agent, an a2a-sdk 0.3.26 agent (``sdk03_inspect``), and one headless Chromium per module
+(Playwright pointed at Debian's chromium).
 
 Browser: ``RELAYKIT_CHROMIUM`` or ``chromium`` on PATH (``apt-get install chromium``; never ``playwright install``).
 When it or the ``playwright`` package is missing the browser tests are skipped with the reason; under ``CI=true``

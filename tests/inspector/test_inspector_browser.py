@@ -1,6 +1,6 @@
 """The inspector in headless Chromium, against the example agents (``relaykit serve … --inspector``), a deliberately
-bad card, an a2a-sdk 1.3.0 agent and an a2a-sdk 0.3.26 agent (``relaykit inspect``). Every wait is bounded (``PAGE_TIMEOUT_MS``); each test
-writes screenshots of the pages it visits (see conftest)."""
+bad card, an a2a-sdk 1.3.0 agent and an a2a-sdk 0.3.26 agent (``relaykit inspect``). Every wait is bounded
+(``PAGE_TIMEOUT_MS``); each test writes screenshots of the pages it visits (see conftest)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from inspector._browser import STREAM_DELAY, shot
 pytestmark = pytest.mark.browser
 
 Agents = dict[str, ServerProcess]
+ROW_CELLS = "rows => rows.map(r => [...r.cells].map(c => c.textContent))"  # a table's rows as lists of cell texts
 
 
 def open_inspector(page: Any, url: str) -> None:
@@ -51,7 +52,7 @@ def test_card_page_shows_the_agent_and_its_findings(page: Any, agents: Agents) -
     # relaykit serves 1.0 and 0.3 by default: one interface per binding per version, every one probed.
     rows = page.locator("#interfaces tbody tr")
     assert rows.count() == 4
-    cells = rows.evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    cells = rows.evaluate_all(ROW_CELLS)
     assert sorted((c[0], c[2].split(".")[0]) for c in cells) == [
         ("HTTP+JSON", "0"),
         ("HTTP+JSON", "1"),
@@ -93,7 +94,8 @@ def test_chat_over_0_3_with_a_dual_stack_agent(page: Any, agents: Agents) -> Non
     assert len(sent) == len(decoded) >= 3, (sent, decoded)  # every event and response has both
     results = [s["result"] for s in sent]  # JSON-RPC envelopes, as sent
     kinds = {r.get("kind") for r in results}
-    assert "task" in kinds and kinds <= {"task", "message", "status-update", "artifact-update"}, kinds
+    assert "task" in kinds, kinds
+    assert kinds <= {"task", "message", "status-update", "artifact-update"}, kinds
     states = [r["status"]["state"] for r in results if "status" in r]
     assert "completed" in states  # 0.3's lower-case state names
     assert all("kind" not in d for d in decoded)  # the client's view is 1.0 ProtoJSON
@@ -398,7 +400,7 @@ def test_inspect_an_a2a_sdk_0_3_agent(page: Any, sdk03_inspect: Agents) -> None:
     assert page.locator("#card-name").inner_text() == "sdk03 kitchen"
     assert page.locator("#findings li[data-level=error]").count() == 0
     # A 0.3 card (url + additionalInterfaces): every interface is 0.3, every one relaykit's client speaks is probed.
-    cells = page.locator("#interfaces tbody tr").evaluate_all("rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    cells = page.locator("#interfaces tbody tr").evaluate_all(ROW_CELLS)
     assert {c[0] for c in cells} >= {"JSONRPC", "HTTP+JSON"}
     assert all(c[2].startswith("0.3") for c in cells), cells
     # gRPC is probed when this environment has grpcio (relaykit[grpc]), else listed as skipped.
@@ -429,11 +431,13 @@ def test_inspect_an_a2a_sdk_0_3_agent(page: Any, sdk03_inspect: Agents) -> None:
     page.get_by_role("tab", name="Timeline").click()
     sent = [json.loads(t) for t in page.locator("#timeline pre.wire").all_text_contents()]
     updates = [s["statusUpdate"] for s in sent if "statusUpdate" in s]
-    assert updates and updates[-1]["final"] is True, sent
+    assert updates, sent
+    assert updates[-1]["final"] is True, sent
     shot(page, "timeline-sdk03")
     first = page.locator("#tl-task option").first.get_attribute("value")
     assert first is not None
     page.locator("#tl-task").select_option(first)
     results = [json.loads(t)["result"] for t in page.locator("#timeline pre.wire").all_text_contents()]
-    assert results and all("kind" in r for r in results), results
+    assert results
+    assert all("kind" in r for r in results), results
     assert "completed" in [r["status"]["state"] for r in results if "status" in r]

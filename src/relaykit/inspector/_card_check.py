@@ -87,7 +87,8 @@ def _versions(card: AgentCard, legacy: bool) -> list[Finding]:
     out: list[Finding] = []
     versions = sorted({i.protocol_version for i in card.supported_interfaces})
     if legacy:
-        out.append(_finding("info", "protocolVersion", "an A2A 0.3 card (url + preferredTransport): its interfaces are spoken to in 0.3"))
+        legacy_card = "an A2A 0.3 card (url + preferredTransport): its interfaces are spoken to in 0.3"
+        out.append(_finding("info", "protocolVersion", legacy_card))
     for version in versions:
         if version.split(".")[0] in SPOKEN_MAJORS:
             out.append(_finding("ok", "protocolVersion", f"A2A {version} offered"))
