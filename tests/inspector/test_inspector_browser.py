@@ -100,6 +100,19 @@ def test_chat_over_0_3_with_a_dual_stack_agent(page: Any, agents: Agents) -> Non
     assert "completed" in states  # 0.3's lower-case state names
     assert all("kind" not in d for d in decoded)  # the client's view is 1.0 ProtoJSON
     shot(page, "timeline-0.3")
+    # The console sends a 0.3 session's requests to the 0.3 interface, as written (0.3 method names).
+    task_id = next(r["id"] for r in results if r.get("kind") == "task")
+    page.get_by_role("tab", name="Console").click()
+    page.locator("#con-source", has_text="This session speaks A2A 0.3").wait_for()
+    page.get_by_label("Binding").select_option("JSONRPC")
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task_id}}
+    page.get_by_label("Body", exact=True).fill(json.dumps(rpc))
+    page.get_by_role("button", name="Send the request").click()
+    page.wait_for_function("() => document.getElementById('con-response').textContent.includes('completed')")
+    answer = json.loads(page.locator("#con-response").text_content() or "{}")
+    assert answer["result"]["kind"] == "task"
+    assert answer["result"]["id"] == task_id
+    shot(page, "console-0.3")
 
 
 class _BadCard(BaseHTTPRequestHandler):

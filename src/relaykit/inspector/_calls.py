@@ -4,7 +4,9 @@ Streams and raw answers go back to the page as NDJSON (one JSON object per line,
 ``fetch`` reader renders live: a stream line is ``{"id", "time", "event"}`` (``id`` the agent's SSE id, or null when
 the agent does not number its events), then ``{"end": true}`` or ``{"error": …}``. The inspector relays; it never
 retries or de-duplicates, so the timeline shows exactly what the agent sent, and resuming is the page's explicit
-``SubscribeToTask`` with ``Last-Event-ID``.
+``SubscribeToTask`` with ``Last-Event-ID``. Answers and events carry the binding and protocol version they went over,
+and ``wire``: the JSON as the agent sent it (``_wire``), beside the object the client decoded (always 1.0 ProtoJSON,
+also for a 0.3 agent).
 """
 
 from __future__ import annotations
