@@ -12,6 +12,8 @@ Invariants:
 * the copy is of the decoded body: the tap asks for ``Accept-Encoding: identity`` so what it keeps is the JSON;
 * SSE frames are handed out in order, each once: the client yields an event after reading its frame, so the frame
   for the event just yielded is always complete in the copy;
+* a body (or, in a stream, the part not yet handed out as frames) larger than ``MAX_COPY`` stops the copy for that
+  response (never a truncated or spliced one): the page then shows the decoded objects only;
 * the tap never changes what the client reads, and a body that is not JSON is given as text.
 """
 
@@ -32,14 +34,19 @@ MAX_COPY = 4 * 1024 * 1024  # bytes of one response kept; past that the page sho
 
 
 class _Tee(httpx.AsyncByteStream):
-    def __init__(self, inner: httpx.AsyncByteStream, sink: bytearray) -> None:
+    def __init__(self, inner: httpx.AsyncByteStream, tap: WireTap, body: bytearray) -> None:
         self.inner = inner
-        self.sink = sink
+        self.tap = tap
+        self.body = body
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self.inner:
-            if len(self.sink) + len(chunk) <= MAX_COPY:
-                self.sink.extend(chunk)
+            # Past the limit the copy stops for good: a later chunk appended after a skipped one would splice frames.
+            if self.tap.body is self.body and not self.tap.full:
+                if len(self.body) + len(chunk) > MAX_COPY:
+                    self.tap.full = True
+                else:
+                    self.body.extend(chunk)
             yield chunk
 
     async def aclose(self) -> None:
@@ -52,7 +59,7 @@ class WireTap(httpx.AsyncBaseTransport):
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner = inner
         self.body = bytearray()
-        self._read = 0  # how far into ``body`` SSE frames have been handed out
+        self.full = False  # the latest response outgrew MAX_COPY: no copy of it is given
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         request.headers["Accept-Encoding"] = "identity"
@@ -62,7 +69,7 @@ class WireTap(httpx.AsyncBaseTransport):
         return httpx.Response(
             status_code=response.status_code,
             headers=response.headers,
-            stream=_Tee(response.stream, self.body),
+            stream=_Tee(response.stream, self, self.body),
             extensions=response.extensions,
             request=request,
         )
@@ -73,23 +80,26 @@ class WireTap(httpx.AsyncBaseTransport):
     def reset(self) -> None:
         """Forget the latest response (called before a call: a call that gets no response has no wire copy)."""
         self.body = bytearray()
-        self._read = 0
+        self.full = False
 
     def answer(self) -> Any:
         """The latest response body: its JSON, or its text, or None when there was none."""
-        return _json(bytes(self.body)) if self.body else None
+        return _json(bytes(self.body)) if self.body and not self.full else None
 
     def next_frame(self) -> Any:
         """The ``data`` of the next complete SSE frame not yet handed out (None when there is none)."""
-        while True:
-            found = _FRAME_END.search(self.body, self._read)
+        while not self.full:
+            found = _FRAME_END.search(self.body)
             if found is None:
                 return None
-            frame = bytes(self.body[self._read : found.start()])
-            self._read = found.end()
+            frame = bytes(self.body[: found.start()])
+            # Frames handed out are dropped (in place: the tee keeps writing to this buffer), so a long stream's copy
+            # holds only what is not yet handed out.
+            del self.body[: found.end()]
             data = [line[5:].removeprefix(b" ") for line in frame.splitlines() if line.startswith(b"data:")]
             if data:  # comments and keep-alives carry no event
                 return _json(b"\n".join(data))
+        return None
 
 
 def _json(data: bytes) -> Any:
