@@ -62,6 +62,8 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--namespace", default="relaykit", help="table / key prefix")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=False)
+    add_observability_options(p)
+    p.add_argument("--metrics", action="store_true", help="Prometheus text at GET /metrics on the HTTP port")
     p.add_argument("--reload", action="store_true", help="restart on code changes (development)")
     p.add_argument(
         "--debug",
@@ -224,6 +226,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
             heartbeat=args.heartbeat,
             idempotency_window=args.idempotency_window,
             protocols=_protocols(args),
+            metrics=getattr(args, "metrics", False),
             **_push_kwargs(args),
         )
     except (ImportError, ValueError) as exc:
@@ -271,10 +274,37 @@ def _bind(host: str, port: int, flag: str = "--port", what: str = "listen") -> s
     return sock
 
 
+def add_observability_options(p: argparse.ArgumentParser) -> None:
+    """``--otel`` and ``--log-format`` (serve and worker)."""
+    p.add_argument(
+        "--otel",
+        action="store_true",
+        help="set up the OpenTelemetry SDK from the OTEL_* environment variables (OTLP export; needs relaykit[otel])",
+    )
+    p.add_argument("--log-format", choices=["text", "json"], default="text", help="json: one object per line")
+
+
+def setup_observability(args: argparse.Namespace) -> None:
+    """Logging as ``--log-level``/``--log-format`` say, and the OpenTelemetry SDK with ``--otel``."""
+    if getattr(args, "log_format", "text") == "json":
+        from relaykit.telemetry import use_json_logs
+
+        use_json_logs(args.log_level.upper())
+    else:
+        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if getattr(args, "otel", False):
+        from relaykit.telemetry import configure_otel
+
+        try:
+            configure_otel()
+        except ImportError as exc:
+            raise CliError(f"--otel needs the OpenTelemetry SDK and OTLP exporter: {exc}") from exc
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_observability(args)
     if args.reload:
         return _run_reload(args)
     app = build_app(args)
