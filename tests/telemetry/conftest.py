@@ -29,8 +29,10 @@ START_TIMEOUT = 10.0
 
 @agent
 async def demo(context: Any) -> AsyncIterator[str]:
-    """``slow``: waits to be canceled; ``stream N``: N chunks; anything else: one chunk."""
+    """``slow``: waits to be canceled; ``stream N``: N chunks; ``boom``: raises; anything else: one chunk."""
     text = context.text
+    if text == "boom":
+        raise RuntimeError("the agent broke")
     if text == "slow":
         await asyncio.Event().wait()
     if text.startswith("stream "):

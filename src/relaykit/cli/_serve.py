@@ -207,6 +207,13 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
 
     bus = _checked_bus(args)
     public_url = args.public_url or f"http://localhost:{args.port}"
+    metrics = getattr(args, "metrics", False)
+    telemetry: Any = None  # the default: on when an OpenTelemetry SDK is set up (--otel), or --metrics
+    if getattr(args, "log_format", "text") == "json":
+        from relaykit.telemetry import Telemetry, telemetry_for
+
+        # JSON lines carry the task and context ids, which the instrument keeps where the log calls can see them.
+        telemetry = telemetry_for(metrics=True if metrics else None) or Telemetry(tracing=False)
     try:
         return assemble(
             target,
@@ -226,7 +233,8 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
             heartbeat=args.heartbeat,
             idempotency_window=args.idempotency_window,
             protocols=_protocols(args),
-            metrics=getattr(args, "metrics", False),
+            metrics=metrics,
+            telemetry=telemetry,
             **_push_kwargs(args),
         )
     except (ImportError, ValueError) as exc:
@@ -315,6 +323,8 @@ def run_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         # relaykit writes its own access line (operation, task id, outcome, duration) instead of uvicorn's.
         access_log=False,
+        # --log-format json: uvicorn's loggers go through the root logger's JSON handler, not uvicorn's own format.
+        log_config=None if getattr(args, "log_format", "text") == "json" else uvicorn.config.LOGGING_CONFIG,
         lifespan="on",
         timeout_graceful_shutdown=max(1, int(args.grace) + 1),
     )

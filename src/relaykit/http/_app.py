@@ -231,6 +231,7 @@ async def _logged(app: Any, scope: Scope, receive: Receive, send: Send) -> None:
             seen["status"],
             outcome,
             (time.perf_counter() - started) * 1000,
+            extra={"task_id": task} if task != "-" else None,
         )
 
 
