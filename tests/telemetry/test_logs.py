@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import Spans, new_telemetry, serve_agent
+from otel_helpers import Spans, new_telemetry, serve_agent
 from support.servers import start_serve
 
 from relaykit.client import Client

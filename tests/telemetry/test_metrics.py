@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import new_telemetry, serve_agent, webhook
+from otel_helpers import new_telemetry, serve_agent, webhook
 from prometheus_client.parser import text_string_to_metric_families
 
 from relaykit.client import Client

@@ -7,9 +7,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Served, Spans, demo, new_telemetry, serve_agent, webhook
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
+from otel_helpers import Served, Spans, demo, new_telemetry, serve_agent, webhook
 
 from relaykit.assembly import assemble
 from relaykit.client import Client, TraceContext
