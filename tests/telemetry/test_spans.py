@@ -175,3 +175,32 @@ def test_off_means_no_telemetry_anywhere(option: bool | None) -> None:
     assert server.push_sender is not None
     assert server.push_sender.telemetry is None
     assert server.metrics_endpoint is False
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_the_client_makes_client_spans_and_injects_them(spans: Spans, binding: str) -> None:
+    # No TraceContext given: with a tracer provider (or a global SDK) the client adds it itself.
+    async with (
+        serve_agent(new_telemetry(spans)) as served,
+        Client(served.url, transports=[binding], tracer_provider=spans.provider) as client,
+    ):
+        task = await client.send("hello")
+        events = [event async for event in client.stream("stream 3")]
+    assert isinstance(task, Task)
+    assert events
+    finished = spans.finished()
+    for operation in ("SendMessage", "SendStreamingMessage"):
+        [caller] = [s for s in finished if s.name == operation and s.kind is SpanKind.CLIENT]
+        [server] = [s for s in finished if s.name == operation and s.kind is SpanKind.SERVER]
+        assert caller.attributes["a2a.binding"] == binding.lower()
+        assert server.parent is not None
+        assert server.parent.span_id == caller.context.span_id
+        assert server.context.trace_id == caller.context.trace_id
+        assert caller.end_time is not None
+        assert server.end_time is not None
+
+
+def test_a_client_without_an_sdk_makes_no_spans() -> None:
+    client = Client("http://127.0.0.1:9")
+    assert client._tracer is None
+    assert not client.interceptors
