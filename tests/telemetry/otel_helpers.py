@@ -186,4 +186,5 @@ def new_telemetry(spans: Spans | None, metrics: bool = True) -> Telemetry:
         tracing=spans is not None,
         metrics=Metrics() if metrics else None,
         tracer_provider=spans.provider if spans is not None else None,
+        detail=True,
     )

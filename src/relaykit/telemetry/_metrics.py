@@ -97,7 +97,8 @@ class Metrics:
         # name -> labels -> [bucket counts..., count, sum]
         self.histograms: dict[str, dict[tuple[str, ...], list[float]]] = {}
         self.gauges: dict[str, list[Gauge]] = {}
-        # Told of each record, for a bridge to another metrics API (OpenTelemetry): (name, labels, value).
+        # Told of each histogram record, for a bridge to another metrics API (OpenTelemetry): (name, labels, value);
+        # counters and gauges are read by such a bridge when it collects.
         self.listeners: list[Callable[[str, tuple[str, ...], float], None]] = []
 
     def add(self, name: str, labels: tuple[str, ...] = (), value: float = 1.0) -> None:
@@ -105,8 +106,6 @@ class Metrics:
         if series is None:
             series = self.counters[name] = {}
         series[labels] = series.get(labels, 0.0) + value
-        for listener in self.listeners:
-            listener(name, labels, value)
 
     def observe(self, name: str, labels: tuple[str, ...], value: float) -> None:
         series = self.histograms.get(name)

@@ -152,16 +152,30 @@ def meter_configured() -> bool:
 
 
 def meter_bridge(metrics: Metrics) -> None:
-    """Mirror ``metrics`` into the OpenTelemetry metrics API (same names): counters and histograms as they are
-    recorded, gauges as observable gauges read at each collection."""
+    """Mirror ``metrics`` into the OpenTelemetry metrics API (same names). Counters and gauges are observable
+    instruments read from ``metrics`` at each collection (nothing per request); histograms are recorded as they come
+    (the API has no observable histogram)."""
     meter = otel_metrics.get_meter(_SCOPE, _version())
-    counters: dict[str, Any] = {}
     histograms: dict[str, Any] = {}
+    attribute_cache: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+
+    def attributes(name: str, labels: tuple[str, ...]) -> dict[str, str]:
+        key = (name, labels)
+        found = attribute_cache.get(key)
+        if found is None:
+            found = attribute_cache[key] = dict(zip(METRICS[name][2], labels, strict=True))
+        return found
+
     for name, (kind, unit, _labels, help_text) in METRICS.items():
-        if kind == "counter":
-            counters[name] = meter.create_counter(name, unit=unit or "1", description=help_text)
-        elif kind == "histogram":
+        if kind == "histogram":
             histograms[name] = meter.create_histogram(name, unit=unit or "1", description=help_text)
+        elif kind == "counter":
+
+            def count(_options: Any, name: str = name) -> Any:
+                series = metrics.counters.get(name, {})
+                return [otel_metrics.Observation(v, attributes(name, k)) for k, v in list(series.items())]
+
+            meter.create_observable_counter(name, callbacks=[count], unit=unit or "1", description=help_text)
         else:
 
             def observe(_options: Any, name: str = name) -> Any:
@@ -171,10 +185,8 @@ def meter_bridge(metrics: Metrics) -> None:
             meter.create_observable_gauge(name, callbacks=[observe], unit=unit or "1", description=help_text)
 
     def record(name: str, labels: tuple[str, ...], value: float) -> None:
-        attributes = dict(zip(METRICS[name][2], labels, strict=True))
-        if name in counters:
-            counters[name].add(value, attributes)
-        elif name in histograms:
-            histograms[name].record(value, attributes)
+        histogram = histograms.get(name)
+        if histogram is not None:
+            histogram.record(value, attributes(name, labels))
 
     metrics.listeners.append(record)

@@ -19,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
@@ -38,6 +39,7 @@ _CALL: ContextVar[_Call | None] = ContextVar("relaykit_call", default=None)
 # The task an execution works on (for log lines), set inside an execution.
 _TASK: ContextVar[tuple[str, str] | None] = ContextVar("relaykit_task", default=None)
 
+_PROPAGATED = frozenset({b"traceparent", b"tracestate", b"baggage"})
 # handler method -> operation name (SendMessage, ...)
 _OPERATION = {op.handler: op.name for op in OPERATIONS}
 _RPC_ERROR = re.compile(rb'"error":\{"code":(-?\d+)')
@@ -158,14 +160,20 @@ class Telemetry:
     """Spans (``tracing``: needs OpenTelemetry and an SDK set up) and ``metrics``, for one server.
 
     ``tracer_provider``: the SDK provider to make spans with (default: the global one, set by the application).
+    ``detail``: also a span per store write and per state publish (default: ``RELAYKIT_OTEL_DETAIL``, off).
 
     >>> t = Telemetry(tracing=False, metrics=Metrics())
     >>> t.tracer is None
     True
     """
 
-    def __init__(self, *, tracing: bool, metrics: Metrics | None = None, tracer_provider: Any = None) -> None:
+    def __init__(
+        self, *, tracing: bool, metrics: Metrics | None = None, tracer_provider: Any = None, detail: bool | None = None
+    ) -> None:
         self.metrics = metrics
+        # Child spans for each store write and state publish: on with ``detail=True`` or RELAYKIT_OTEL_DETAIL=1. Off
+        # by default: with the Python SDK each span costs tens of µs, and a send makes several of those writes.
+        self.detail = detail if detail is not None else os.environ.get("RELAYKIT_OTEL_DETAIL", "") in ("1", "true")
         self.streams = 0  # open event streams (the subscribers gauge)
         self.tracer: Any = None
         self._otel: Any = None
@@ -219,7 +227,12 @@ class Telemetry:
 
     async def serve_http(self, binding: str, app: Any, scope: Any, receive: Any, send: Any) -> None:
         """Run an HTTP binding's ASGI app for one request, inside its span."""
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        headers: dict[str, str] = {}
+        if self.tracer is not None:
+            # Only what the propagators read (W3C trace context and baggage).
+            for key, value in scope.get("headers", ()):
+                if key in _PROPAGATED:
+                    headers[key.decode("latin-1")] = value.decode("latin-1")
         call, call_token, span_token = self.begin(binding, headers)
         seen: dict[str, Any] = {"status": 0, "head": b""}
 
@@ -313,8 +326,8 @@ class Telemetry:
                 self._otel.detach(token)
 
     def span(self, name: str, task_id: str) -> Any:
-        """A child span of the current one (store write, bus publish); a shared no-op without tracing."""
-        if self.tracer is None:
+        """A child span of the current one (store write, bus publish) with ``detail``; else a shared no-op."""
+        if self.tracer is None or not self.detail:
             return _NO_SPAN
         return self._otel.span(self.tracer, name, {"a2a.task.id": task_id})
 
