@@ -1,5 +1,5 @@
 """``--log-format json``: every line of a ``relaykit serve`` process is one JSON object, access and engine lines carry
-the task id (and context id), no credential appears anywhere; in-process, lines logged inside a traced request carry
+the task id (and context id, and the caller's X-Request-Id), no credential appears anywhere; in-process, lines logged inside a traced request carry
 its trace id and span id."""
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ def test_serve_json_lines_with_task_ids_and_no_credentials(tmp_path: Path) -> No
         "Authorization": "Bearer s3cret-bearer-token",
         "X-API-Key": "s3cret-api-key",
         "Cookie": "session=s3cret-cookie",
+        "X-Request-Id": "req-42",
     }
     try:
         with httpx.Client(timeout=10) as http:
@@ -76,7 +77,7 @@ def test_serve_json_lines_with_task_ids_and_no_credentials(tmp_path: Path) -> No
     lines = [json.loads(line) for line in text.splitlines() if line.strip() and not line.startswith("relaykit: ")]
     assert all({"time", "level", "logger", "message"} <= set(line) for line in lines)
     access = [line for line in lines if line["logger"] == "relaykit.access"]
-    assert any(line.get("task_id") == task_id for line in access), access
+    assert any(line.get("task_id") == task_id and line.get("request_id") == "req-42" for line in access), access
     broke = [line for line in lines if line["logger"] == "relaykit.engine" and "executor raised" in line["message"]]
     assert broke, lines
     assert broke[0]["task_id"] == failed["id"]

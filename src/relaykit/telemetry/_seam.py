@@ -50,7 +50,18 @@ _TASK_FIELDS = re.compile(rb'"task":\{"id":"([^"]{1,200})","contextId":"([^"]{1,
 class _Call:
     """What the edge learns about one request while it is served."""
 
-    __slots__ = ("binding", "context_id", "error", "first_at", "operation", "span", "started", "state", "task_id")
+    __slots__ = (
+        "binding",
+        "context_id",
+        "error",
+        "first_at",
+        "operation",
+        "request_id",
+        "span",
+        "started",
+        "state",
+        "task_id",
+    )
 
     def __init__(self, binding: str, operation: str = "") -> None:
         self.binding = binding
@@ -62,6 +73,7 @@ class _Call:
         self.span: Any = None
         self.started = time.perf_counter()
         self.first_at = 0.0
+        self.request_id = ""  # the caller's X-Request-Id, for log lines
 
     def note(self, item: Any) -> None:
         """Take the task id, context id and state from a result or a stream event (never its content)."""
@@ -84,10 +96,12 @@ class _Call:
 
 
 def current_ids() -> dict[str, str]:
-    """``task_id``, ``context_id``, ``trace_id``, ``span_id`` where known (for log lines)."""
+    """``task_id``, ``context_id``, ``request_id``, ``trace_id``, ``span_id`` where known (for log lines)."""
     out: dict[str, str] = {}
     task = _TASK.get()
     call = _CALL.get()
+    if call is not None and call.request_id:
+        out["request_id"] = call.request_id
     if task is not None:
         out["task_id"], out["context_id"] = task
     elif call is not None and call.task_id:
@@ -228,12 +242,14 @@ class Telemetry:
     async def serve_http(self, binding: str, app: Any, scope: Any, receive: Any, send: Any) -> None:
         """Run an HTTP binding's ASGI app for one request, inside its span."""
         headers: dict[str, str] = {}
-        if self.tracer is not None:
-            # Only what the propagators read (W3C trace context and baggage).
-            for key, value in scope.get("headers", ()):
-                if key in _PROPAGATED:
-                    headers[key.decode("latin-1")] = value.decode("latin-1")
+        request_id = ""
+        for key, value in scope.get("headers", ()):
+            if key in _PROPAGATED:  # only what the propagators read (W3C trace context and baggage)
+                headers[key.decode("latin-1")] = value.decode("latin-1")
+            elif key == b"x-request-id":
+                request_id = value.decode("latin-1")[:128]
         call, call_token, span_token = self.begin(binding, headers)
+        call.request_id = request_id
         seen: dict[str, Any] = {"status": 0, "head": b""}
 
         async def watching(message: Any) -> None:
