@@ -1,6 +1,6 @@
 """``--log-format json``: every line of a ``relaykit serve`` process is one JSON object, access and engine lines carry
-the task id (and context id, and the caller's X-Request-Id), no credential appears anywhere; in-process, lines logged inside a traced request carry
-its trace id and span id."""
+the task id (and context id, and the caller's X-Request-Id), no credential appears anywhere; in-process, lines logged
+inside a traced request carry its trace id and span id."""
 
 from __future__ import annotations
 
