@@ -28,10 +28,19 @@ HOST = "127.0.0.1"
 START_TIMEOUT = 10.0
 
 
+# The tracer an "instrumented LLM SDK" inside the agent uses (set by a test).
+LLM_TRACER: list[Any] = []
+
+
 @agent
 async def demo(context: Any) -> AsyncIterator[str]:
-    """``slow``: waits to be canceled; ``stream N``: N chunks; ``boom``: raises; anything else: one chunk."""
+    """``slow``: waits to be canceled; ``stream N``: N chunks; ``boom``: raises; ``llm``: makes a span of its own
+    (as an instrumented SDK would); anything else: one chunk."""
     text = context.text
+    if text == "llm":
+        with LLM_TRACER[0].start_as_current_span("llm.call"):
+            yield "ok"
+        return
     if text == "boom":
         raise RuntimeError("the agent broke")
     if text == "slow":

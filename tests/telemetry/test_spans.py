@@ -9,7 +9,7 @@ import httpx
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
-from otel_helpers import Served, Spans, demo, new_telemetry, serve_agent, webhook
+from otel_helpers import LLM_TRACER, Served, Spans, demo, new_telemetry, serve_agent, webhook
 
 from relaykit.assembly import assemble
 from relaykit.client import Client, TraceContext
@@ -204,3 +204,18 @@ def test_a_client_without_an_sdk_makes_no_spans() -> None:
     client = Client("http://127.0.0.1:9")
     assert client._tracer is None
     assert not client.interceptors
+
+
+async def test_spans_made_inside_the_agent_nest_under_its_execution(spans: Spans) -> None:
+    LLM_TRACER[:] = [spans.provider.get_tracer("some-llm-sdk")]
+    try:
+        async with serve_agent(new_telemetry(spans)) as served, Client(served.url, transports=["JSONRPC"]) as client:
+            task = await client.send("llm")
+    finally:
+        LLM_TRACER.clear()
+    assert isinstance(task, Task)
+    finished = spans.finished()
+    [execute] = [s for s in finished if s.name == "a2a.execute"]
+    [llm] = [s for s in finished if s.name == "llm.call"]
+    assert llm.parent is not None
+    assert llm.parent.span_id == execute.context.span_id
