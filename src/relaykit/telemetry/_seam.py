@@ -95,6 +95,20 @@ class _Call:
                 self.state = found.group(3).decode().removeprefix("TASK_STATE_")
 
 
+_OTEL: list[Any] = []  # the _otel module, or None without the extra (looked up once: a failed import is not cached)
+
+
+def _otel_module() -> Any:
+    if not _OTEL:
+        try:
+            from relaykit.telemetry import _otel
+        except ImportError:
+            _OTEL.append(None)
+        else:
+            _OTEL.append(_otel)
+    return _OTEL[0]
+
+
 def current_ids() -> dict[str, str]:
     """``task_id``, ``context_id``, ``request_id``, ``trace_id``, ``span_id`` where known (for log lines)."""
     out: dict[str, str] = {}
@@ -108,11 +122,10 @@ def current_ids() -> dict[str, str]:
         out["task_id"] = call.task_id
         if call.context_id:
             out["context_id"] = call.context_id
-    try:
-        from relaykit.telemetry import _otel
-    except ImportError:
+    otel = _otel_module()
+    if otel is None:
         return out
-    found = _otel.ids()
+    found = otel.ids()
     if found is not None:
         out["trace_id"], out["span_id"] = found
     return out
