@@ -45,6 +45,7 @@ from relaykit.server._agent import FunctionAgent
 from relaykit.server._engine import TaskEngine
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._handler import ExtendedCardProvider, RequestHandler
+from relaykit.telemetry import Telemetry, telemetry_for
 
 __all__ = [
     "DEFAULT_PUBLIC_URL",
@@ -166,6 +167,8 @@ def assemble(
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
     protocols: str | Sequence[str] = PROTOCOLS,
+    telemetry: Telemetry | bool | None = None,
+    metrics: bool = False,
 ) -> A2AServer:
     """The ``A2AServer`` for ``executor``, not yet started: serve it with any binding, or none (a worker).
 
@@ -181,6 +184,11 @@ def assemble(
     is the base of the card's JSON-RPC and HTTP+JSON interfaces and the push JWT issuer; ``grpc_url`` adds the
     GRPC interface. The default store is ``memory`` (``relaykit serve`` defaults to SQLite). ``protocols``: the A2A
     versions served, ``("1.0", "0.3")`` by default; ``"1.0"`` turns 0.3 off (its requests get VersionNotSupported).
+
+    Observability (``relaykit.telemetry``): ``telemetry=None`` traces when an OpenTelemetry SDK is set up (by the
+    host application, or ``relaykit.telemetry.configure_otel()``) and records metrics when a meter provider is;
+    ``False`` turns it all off; a ``Telemetry`` is used as given. ``metrics=True`` records metrics and serves them
+    as Prometheus text at ``GET /metrics`` on the HTTP app.
     """
     served_versions = parse_protocols(protocols)
     redis_url = bus if isinstance(bus, str) and bus != "memory" else None
@@ -267,4 +275,39 @@ def assemble(
     server.push_signer = signer
     server.public_url = public_url
     server.protocols = served_versions
+    if telemetry is None or telemetry is True:
+        telemetry = telemetry_for(metrics=True if metrics else None)
+    if isinstance(telemetry, Telemetry):
+        instrument(server, telemetry)
+    server.metrics_endpoint = metrics and server.telemetry is not None and server.telemetry.metrics is not None
     return server
+
+
+def instrument(server: A2AServer, telemetry: Telemetry) -> None:
+    """Plug ``telemetry`` into every part of ``server`` that reports (handler, engine, push), and its gauges."""
+    server.telemetry = telemetry
+    server.handler.telemetry = telemetry
+    engine = server.engine
+    engine.telemetry = telemetry
+    if server.push_sender is not None:
+        server.push_sender.telemetry = telemetry
+    metrics = telemetry.metrics
+    if metrics is None:
+        return
+    metrics.gauge("a2a.server.executions.active", lambda: engine.running_executions)
+    metrics.gauge("a2a.server.stream.subscribers", lambda: telemetry.streams)
+    sender = server.push_sender
+    if sender is not None:
+        metrics.gauge("a2a.push.outbox.backlog", lambda: sum(len(s.queue) for s in sender._streams.values()))
+    cluster = engine.cluster
+    if cluster is not None:
+        queue = cluster.queue
+
+        async def depth() -> float:
+            return float((await queue.backlog())[0])
+
+        async def lag() -> float:
+            return float((await queue.backlog())[1])
+
+        metrics.gauge("a2a.queue.depth", depth)
+        metrics.gauge("a2a.queue.lag", lag)

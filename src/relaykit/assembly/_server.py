@@ -24,6 +24,7 @@ from relaykit.push._sender import PushSender
 from relaykit.push._signing import PushSigner
 from relaykit.server._engine import TaskEngine
 from relaykit.server._handler import RequestHandler
+from relaykit.telemetry import Telemetry
 
 __all__ = ["A2AServer"]
 
@@ -63,6 +64,9 @@ class A2AServer:
         self.public_url: str | None = None
         # The A2A versions served ("1.0" always; "0.3" through the codec in front of the same handler).
         self.protocols: tuple[str, ...] = ("1.0",)
+        # Observability (relaykit.telemetry.Telemetry) or None (off); ``metrics_endpoint``: serve GET /metrics.
+        self.telemetry: Telemetry | None = None
+        self.metrics_endpoint = False
 
     async def start(self) -> None:
         """Open stores and recover orphans (idempotent)."""

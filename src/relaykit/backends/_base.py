@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from relaykit._model import utc_now
 from relaykit._types import Message, Part, Role, Task, TaskPushNotificationConfig, TaskState, TaskStatus, new_id
@@ -251,6 +251,9 @@ class OutboxEntry:
     next_attempt_at: float = 0.0  # epoch seconds; 0 = at once
     last_error: str = ""
     dead_at: float | None = None  # set once the entry is a dead letter
+    # The trace context of the execution that produced the event (relaykit.telemetry), kept in memory only: an
+    # entry resumed from a durable outbox after a restart is delivered in a trace of its own.
+    trace: Any = field(default=None, compare=False, repr=False)
 
     @property
     def stream(self) -> StreamKey:

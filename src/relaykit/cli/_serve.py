@@ -62,6 +62,8 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--namespace", default="relaykit", help="table / key prefix")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=False)
+    add_observability_options(p)
+    p.add_argument("--metrics", action="store_true", help="Prometheus text at GET /metrics on the HTTP port")
     p.add_argument("--reload", action="store_true", help="restart on code changes (development)")
     p.add_argument(
         "--debug",
@@ -205,6 +207,13 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
 
     bus = _checked_bus(args)
     public_url = args.public_url or f"http://localhost:{args.port}"
+    metrics = getattr(args, "metrics", False)
+    telemetry: Any = None  # the default: on when an OpenTelemetry SDK is set up (--otel), or --metrics
+    if getattr(args, "log_format", "text") == "json":
+        from relaykit.telemetry import Telemetry, telemetry_for
+
+        # JSON lines carry the task and context ids, which the instrument keeps where the log calls can see them.
+        telemetry = telemetry_for(metrics=True if metrics else None) or Telemetry(tracing=False)
     try:
         return assemble(
             target,
@@ -224,6 +233,8 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
             heartbeat=args.heartbeat,
             idempotency_window=args.idempotency_window,
             protocols=_protocols(args),
+            metrics=metrics,
+            telemetry=telemetry,
             **_push_kwargs(args),
         )
     except (ImportError, ValueError) as exc:
@@ -271,10 +282,37 @@ def _bind(host: str, port: int, flag: str = "--port", what: str = "listen") -> s
     return sock
 
 
+def add_observability_options(p: argparse.ArgumentParser) -> None:
+    """``--otel`` and ``--log-format`` (serve and worker)."""
+    p.add_argument(
+        "--otel",
+        action="store_true",
+        help="set up the OpenTelemetry SDK from the OTEL_* environment variables (OTLP export; needs relaykit[otel])",
+    )
+    p.add_argument("--log-format", choices=["text", "json"], default="text", help="json: one object per line")
+
+
+def setup_observability(args: argparse.Namespace) -> None:
+    """Logging as ``--log-level``/``--log-format`` say, and the OpenTelemetry SDK with ``--otel``."""
+    if getattr(args, "log_format", "text") == "json":
+        from relaykit.telemetry import use_json_logs
+
+        use_json_logs(args.log_level.upper())
+    else:
+        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if getattr(args, "otel", False):
+        from relaykit.telemetry import configure_otel
+
+        try:
+            configure_otel()
+        except ImportError as exc:
+            raise CliError(f"--otel needs the OpenTelemetry SDK and OTLP exporter: {exc}") from exc
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_observability(args)
     if args.reload:
         return _run_reload(args)
     app = build_app(args)
@@ -285,6 +323,8 @@ def run_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         # relaykit writes its own access line (operation, task id, outcome, duration) instead of uvicorn's.
         access_log=False,
+        # --log-format json: uvicorn's loggers go through the root logger's JSON handler, not uvicorn's own format.
+        log_config=None if getattr(args, "log_format", "text") == "json" else uvicorn.config.LOGGING_CONFIG,
         lifespan="on",
         timeout_graceful_shutdown=max(1, int(args.grace) + 1),
     )

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import signal
 
 from relaykit.cli._fail import CliError, describe
-from relaykit.cli._serve import _add_push_options, add_cluster_options, build_server
+from relaykit.cli._serve import (
+    _add_push_options,
+    add_cluster_options,
+    add_observability_options,
+    build_server,
+    setup_observability,
+)
 
 __all__ = ["add_worker_parser", "run_worker"]
 
@@ -25,6 +30,7 @@ def add_worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--bus", default=None, help="redis://… (env RELAYKIT_BUS)")
     p.add_argument("--namespace", default="relaykit", help="table / key prefix")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_observability_options(p)
     p.add_argument("--push", action=argparse.BooleanOptionalAction, default=True, help="push notifications")
     p.add_argument("--push-allow", action="append", default=[], metavar="HOST_OR_CIDR")
     _add_push_options(p)
@@ -41,7 +47,7 @@ def add_worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_observability(args)
     bus = args.bus or os.environ.get("RELAYKIT_BUS") or "memory"
     if not bus.startswith(("redis://", "rediss://", "unix://")):
         raise CliError("needs --bus redis://… (or RELAYKIT_BUS): workers take work from Redis")

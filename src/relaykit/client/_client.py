@@ -64,11 +64,12 @@ from relaykit._types import (
     TaskState,
 )
 from relaykit._v03 import is_v03
-from relaykit.client._auth import Interceptor
+from relaykit.client._auth import Interceptor, TraceContext
 from relaykit.client._card import CardResolver, choose_interface
 from relaykit.client._policies import ResumePolicy, RetryPolicy, retryable
 from relaykit.client._stream_view import Event, StreamView
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport, StreamEvent
+from relaykit.telemetry import client_span, client_tracer, span_current, start_client_span
 
 __all__ = ["Client", "ResumePolicy", "RetryPolicy"]
 
@@ -119,6 +120,7 @@ class Client:
         input_timeout: float | None = None,
         max_turns: int = 20,
         transport: ClientTransport | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         if url is None and card is None and transport is None:
             raise ValueError("give the agent's base URL, its card, or a transport")
@@ -147,6 +149,11 @@ class Client:
         self._stream_timeout = httpx.Timeout(stream_timeout, connect=connect_timeout)
         self._timeout = timeout
         self._transport = transport
+        # OpenTelemetry: a CLIENT span per call, its context injected, when an SDK is set up (or a provider given);
+        # None otherwise, and then the calls pay nothing for it.
+        self._tracer = client_tracer(tracer_provider)
+        if self._tracer is not None and not any(isinstance(i, TraceContext) for i in self.interceptors):
+            self.interceptors.append(TraceContext())
 
     # --- lifecycle ---------------------------------------------------------------------------------------
 
@@ -216,6 +223,16 @@ class Client:
 
     async def _call(self, name: str, request: A2AModel, *, idempotent: bool = True) -> Any:
         op = OPERATIONS_BY_NAME[name]
+        if self._tracer is not None:
+            with client_span(self._tracer, name, self._binding()):
+                return await self._attempts(op, name, request, idempotent)
+        return await self._attempts(op, name, request, idempotent)
+
+    def _binding(self) -> str:
+        interface = self.interface
+        return interface.protocol_binding.lower() if interface is not None else "custom"
+
+    async def _attempts(self, op: Operation, name: str, request: A2AModel, idempotent: bool) -> Any:
         attempt = 0
         while True:
             try:
@@ -233,13 +250,22 @@ class Client:
     async def _stream_with_headers(
         self, op: Operation, request: A2AModel, last_event_id: str | None
     ) -> AsyncIterator[StreamEvent]:
-        headers = await self._headers(op.name)
+        span = None
+        if self._tracer is not None:
+            # Current only while the headers are made (a generator must not leave its span current for its caller).
+            span = start_client_span(self._tracer, op.name, self._binding())
+            with span_current(span):
+                headers = await self._headers(op.name)
+        else:
+            headers = await self._headers(op.name)
         stream = self.transport.stream(op, request, headers=headers, last_event_id=last_event_id)
         try:
             async for item in stream:
                 yield item
         finally:
             await _aclose(stream)  # close the transport's stream with this one, not at garbage collection
+            if span is not None:
+                span.end()
 
     @staticmethod
     def _message(message: Message | str | Part | list[Part], task_id: str | None, context_id: str | None) -> Message:

@@ -420,7 +420,13 @@ class GrpcServer:
         """Start the engine (when given an A2AServer), bind and start serving; returns the bound port."""
         if self.a2a_server is not None:
             await self._ensure_started()
-        server = grpc.aio.server(options=self._options)
+        interceptors: list[Any] = []
+        telemetry = getattr(self.a2a_server, "telemetry", None)
+        if telemetry is not None:
+            from relaykit.telemetry._grpc import TelemetryInterceptor
+
+            interceptors.append(TelemetryInterceptor(telemetry))
+        server = grpc.aio.server(options=self._options, interceptors=interceptors or None)
         handlers = [self.binding.generic_handler()]
         services = [SERVICE_NAME]
         if self.v03:

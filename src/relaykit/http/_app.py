@@ -17,6 +17,7 @@ server's own proxy-headers handling (uvicorn ``--forwarded-allow-ips``), or set 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
@@ -45,6 +46,7 @@ from relaykit.http._rest import RESTBinding
 from relaykit.push._sender import DeliveryPolicy, PushEvents
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._handler import ExtendedCardProvider
+from relaykit.telemetry import Telemetry
 
 __all__ = ["A2AServer", "build_card", "create_app", "http_app"]
 
@@ -158,19 +160,40 @@ class _Ready:
 
 class _Guarded:
     # A class, not a closure: Starlette routes treat plain functions as request/response endpoints.
-    __slots__ = ("app", "server")
+    __slots__ = ("app", "binding", "server")
 
-    def __init__(self, server: A2AServer, app: Any) -> None:
+    def __init__(self, server: A2AServer, app: Any, binding: str = "http") -> None:
         self.server = server
         self.app = app
+        self.binding = binding  # the telemetry's name for it: jsonrpc, rest
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self.server.started:
-            await self.server.start()
-        if not self.server.access_log:
+        server = self.server
+        if not server.started:
+            await server.start()
+        if server.telemetry is not None:
+            # The request's span and metrics around the binding (and the access line, when on).
+            app = self.app if not server.access_log else functools.partial(_logged, self.app)
+            await server.telemetry.serve_http(self.binding, app, scope, receive, send)
+            return
+        if not server.access_log:
             await self.app(scope, receive, send)
             return
         await _logged(self.app, scope, receive, send)
+
+
+class _Metrics:
+    """``GET /metrics``: the Prometheus text exposition (``relaykit serve --metrics``)."""
+
+    __slots__ = ("server",)
+
+    def __init__(self, server: A2AServer) -> None:
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        telemetry = self.server.telemetry
+        body = await telemetry.metrics.render() if telemetry is not None and telemetry.metrics is not None else b""
+        await send_bytes(send, 200, body, b"text/plain; version=0.0.4; charset=utf-8")
 
 
 _ACCESS = logging.getLogger("relaykit.access")
@@ -208,6 +231,7 @@ async def _logged(app: Any, scope: Scope, receive: Receive, send: Send) -> None:
             seen["status"],
             outcome,
             (time.perf_counter() - started) * 1000,
+            extra={"task_id": task} if task != "-" else None,
         )
 
 
@@ -284,8 +308,8 @@ def http_app(
     ``/inspector/``. ``app.state.relaykit`` is ``server``. ``create_app`` is assemble + this."""
     handler = server.handler
     v03 = V03 in server.protocols
-    jsonrpc = _Guarded(server, JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive, v03=v03))
-    rest = _Guarded(server, RESTBinding(handler, max_body=max_body, keepalive=keepalive, v03=v03))
+    jsonrpc = _Guarded(server, JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive, v03=v03), "jsonrpc")
+    rest = _Guarded(server, RESTBinding(handler, max_body=max_body, keepalive=keepalive, v03=v03), "rest")
     # JSON-RPC first: no other route matches POST / (the REST mount takes it only as a fallback), and _App calls
     # the first route directly for that request.
     rpc_route = Route("/", jsonrpc, methods=["POST"])
@@ -301,6 +325,8 @@ def http_app(
     if server.push_sender is not None:
         status = PushStatusEndpoint(server.push_sender, server.engine)
         routes.append(Route(STATUS_PATH, _Guarded(server, status), methods=["GET"]))
+    if server.metrics_endpoint:
+        routes.append(Route("/metrics", _Metrics(server), methods=["GET", "HEAD"]))
     routes.append(Route(OPENAPI_PATH, _openapi_endpoint(handler.card, server.public_url), methods=["GET", "HEAD"]))
     if inspector:
         from relaykit.inspector import inspector_routes
@@ -349,6 +375,8 @@ def create_app(
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
     protocols: str | Sequence[str] = PROTOCOLS,
+    telemetry: Telemetry | bool | None = None,
+    metrics: bool = False,
     inspector: bool = False,
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root), and
@@ -387,6 +415,9 @@ def create_app(
     unless ``worker=False``. A worker's claim on a task lapses ``lease`` seconds after its last heartbeat (every
     ``heartbeat`` seconds, default a fifth of the lease); a repeated messageId within ``idempotency_window``
     seconds gets the original result.
+
+    Observability (``relaykit.telemetry``): spans when an OpenTelemetry SDK is set up (``telemetry=None``, the
+    default), ``telemetry=False`` for none; ``metrics=True`` serves Prometheus text at ``GET /metrics``.
     """
     # Every option but the HTTP ones is assemble's, by the same name and default (tests/test_assembly.py checks the
     # two signatures agree), so they are passed on as they came.

@@ -98,6 +98,7 @@ class JSONRPCBinding:
             rid, method, params = self._envelope(envelope)
             legacy = request_version(scope, legacy=self.v03) != "1.0"
             if legacy:
+                scope["relaykit.v03"] = True  # for the request's span
                 # A2A 0.3 (digest §8): decoded into the 1.0 request here, encoded back as 0.3 below.
                 op, params = v03_rpc(method, params)
             else:

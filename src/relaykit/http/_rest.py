@@ -146,6 +146,8 @@ class RESTBinding:
             # A 0.3 request (digest §8): a /v1/ path without a 1.0 version; with A2A-Version: 1.0, "v1" is a tenant.
             legacy = bool(self.routes_v03) and path.startswith("/v1/") and request_version(scope, legacy=True) != "1.0"
             found = self.match(scope["method"], path, self.routes_v03 if legacy else None)
+            if legacy:
+                scope["relaykit.v03"] = True  # for the request's span
             if found is None:
                 raise MethodNotFoundError(f"no A2A operation at {scope['method']} {path}", path=path)
             route, path_params = found

@@ -157,6 +157,8 @@ class PushSender:
         self._idle = asyncio.Event()  # set while no stream has anything queued
         self._idle.set()
         self._runner_ids = itertools.count(1)
+        # Observability (relaykit.telemetry.Telemetry) or None: a span and traceparent per attempt, outcome counts.
+        self.telemetry: Any = None
 
     # --- lifecycle -----------------------------------------------------------------------------------------
 
@@ -284,6 +286,7 @@ class PushSender:
             return
         now = time.time()
         legacy: bytes | None = None
+        trace = self.telemetry.capture() if self.telemetry is not None else None
         for config in configs:
             body = data
             if config.protocol_version:
@@ -301,6 +304,7 @@ class PushSender:
                     tenant=active.tenant,
                     owner=active.owner,
                     created_at=now,
+                    trace=trace,
                 )
             )
         if state is not None and self.outbox.durable:
@@ -416,15 +420,20 @@ class PushSender:
         if not stream.queue or stream.queue[0] is not entry:
             return True
         outcome = DeliveryOutcome(key, ok, now, config.url, error)
+        tel = self.telemetry
         if ok:
             stream.queue.popleft()
             writer.delivered(entry, outcome)
+            if tel is not None:
+                tel.push_outcome("delivered")
             return True
         entry.last_error = error
         if entry.attempts >= self.policy.max_attempts:
             entry.dead_at = now
             stream.queue.popleft()
             writer.dead(entry, outcome)
+            if tel is not None:
+                tel.push_outcome("dead")
             log.warning(
                 "task %s: gave up on push notification %s for config %s after %d attempt(s): %s",
                 key[2],
@@ -436,6 +445,8 @@ class PushSender:
             return True
         entry.next_attempt_at = now + self.policy.delay(entry.attempts, retry_after)
         writer.retried(entry, outcome)
+        if tel is not None:
+            tel.push_outcome("retried")
         return not self._stopping.is_set()
 
     def headers(self, entry: OutboxEntry, config: TaskPushNotificationConfig) -> dict[str, str]:
@@ -457,12 +468,22 @@ class PushSender:
         """One attempt: ``(ok, error, retry_after)``."""
         http = self._http
         assert http is not None
+        if self.telemetry is not None:
+            headers = self.headers(entry, config)
+            with self.telemetry.push_attempt(entry, httpx.URL(config.url).host, headers) as span:
+                ok, error, retry_after = await self._attempt(http, entry, config, headers)
+                if span is not None and not ok:
+                    span.set_attribute("error.type", error.split(":", 1)[0][:80])
+            return ok, error, retry_after
+        return await self._attempt(http, entry, config, self.headers(entry, config))
+
+    async def _attempt(
+        self, http: httpx.AsyncClient, entry: OutboxEntry, config: TaskPushNotificationConfig, headers: dict[str, str]
+    ) -> tuple[bool, str, float | None]:
         quiet = _DELIVERING.set(True)
         try:
             async with asyncio.timeout(self.policy.timeout):
-                async with http.stream(
-                    "POST", config.url, content=entry.body, headers=self.headers(entry, config)
-                ) as response:
+                async with http.stream("POST", config.url, content=entry.body, headers=headers) as response:
                     status = response.status_code
                     retry_after = _retry_after(response.headers.get("retry-after"))
                     size = 0

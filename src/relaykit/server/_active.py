@@ -22,7 +22,7 @@ __all__ = ["ActiveTask", "PendingRequest", "visible"]
 class PendingRequest:
     """One message waiting for, or in, execution, with the futures its caller awaits."""
 
-    __slots__ = ("call", "configuration", "done", "first", "message", "metadata", "rerun", "started", "tap")
+    __slots__ = ("call", "configuration", "done", "first", "message", "metadata", "rerun", "started", "tap", "trace")
 
     def __init__(
         self,
@@ -49,6 +49,8 @@ class PendingRequest:
         # A re-run of a message already in the task's history (an idempotent executor taking over a lost worker's
         # task): it is not appended again.
         self.rerun = False
+        # The trace context the message was admitted in (its execution span's parent); None without tracing.
+        self.trace: Any = None
 
     def resolve(self, fut: asyncio.Future[Any], value: Any) -> None:
         if not fut.done():

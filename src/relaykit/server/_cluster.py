@@ -375,8 +375,13 @@ class Cluster(Front):
             await self.queue.ack(item)
             return
         message_id = request.message.message_id
+        tel = self.engine.telemetry
         try:
-            pending = await self._admit(item, request, call, message_id)
+            if tel is None or not item.trace:
+                pending = await self._admit(item, request, call, message_id)
+            else:
+                with tel.resumed(item.trace):  # the execution's parent: the accepting replica's request
+                    pending = await self._admit(item, request, call, message_id)
         except ResourceExhaustedError as exc:
             record = await self.store.get(item.task_id, tenant=item.tenant, owner=item.owner)
             if record is not None:
@@ -446,6 +451,11 @@ class Cluster(Front):
         except Exception as exc:
             log.warning("task %s: could not report an execution error to its caller: %s", task_id, exc)
 
+    def _count(self, name: str) -> None:
+        tel = self.engine.telemetry
+        if tel is not None and tel.metrics is not None:
+            tel.metrics.add(name)
+
     async def _recover(self, claim: Claim) -> None:
         """A task this worker just claimed from a dead (or no) runner: start, re-run or fail it."""
         record = claim.record
@@ -453,6 +463,8 @@ class Cluster(Front):
         if task.status.state not in _ACTIVE or task.id in self.engine.registry:
             await self._release(task.id)
             return
+        if claim.previous is not None:
+            self._count("a2a.queue.lease_takeovers")
         message = _last_user_message(task)
         unstarted = task.status.state is TaskState.SUBMITTED and len(task.history) == 1
         call = CallContext(user=record.owner, tenant=record.tenant)
@@ -474,6 +486,7 @@ class Cluster(Front):
                 await self._release(task.id)
                 return
         log.warning("task %s: worker %s was lost; marking it FAILED", task.id, claim.previous)
+        self._count("a2a.queue.worker_lost")
         try:
             await self.engine.fail_lost(record, "worker lost")
         finally:

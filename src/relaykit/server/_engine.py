@@ -41,6 +41,7 @@ from relaykit.server._context import CallContext
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._readers import EventStream, Readers, StreamItem, copy_task
 from relaykit.server._runner import Runner
+from relaykit.telemetry._seam import Telemetry
 
 __all__ = ["EventStream", "StreamItem", "TaskEngine"]
 
@@ -83,6 +84,8 @@ class TaskEngine(Runner, Readers):
         self.checkpoint_seconds = checkpoint_seconds
         # Hook for push delivery: called with (active task, seq, event, data) after each publish.
         self.on_event = on_event
+        # Observability (relaykit.telemetry): None = off (each hook point is an ``is None`` test).
+        self.telemetry: Telemetry | None = None
         self.registry: dict[str, ActiveTask] = {}
         # Scale-out (``relaykit.server.Cluster``): sends, streams and cancels go through the work queue, and the
         # cluster learns when this process stops running a task (to release its claim).

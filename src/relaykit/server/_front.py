@@ -146,6 +146,8 @@ class Front:
             tap, _ = await self.bus.open(task_id, execution=message.message_id)
             try:
                 item = WorkItem(task_id, tenant, owner, request.to_json(), encode_call(call), fresh)
+                if engine.telemetry is not None:
+                    item.trace = engine.telemetry.carrier()
                 await self.queue.enqueue(item)
             except BaseException:
                 self.bus.close_tap(tap)

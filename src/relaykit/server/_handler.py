@@ -43,6 +43,7 @@ from relaykit.backends._base import PushConfigStore, TaskQuery
 from relaykit.backends.memory import MemoryPushConfigStore
 from relaykit.server._context import CallContext
 from relaykit.server._engine import StreamItem, TaskEngine
+from relaykit.telemetry._seam import Telemetry
 
 __all__ = ["ExtendedCardProvider", "RequestHandler", "trim_history"]
 
@@ -79,6 +80,8 @@ class RequestHandler:
         # Webhook URL check (the push SSRF guard), awaited as check(url, field) before a config is stored;
         # raises InvalidParamsError. Set by create_app when push is on.
         self.push_url_check: Callable[[str, str], Awaitable[None]] | None = None
+        # Observability (relaykit.telemetry): None = off, and then nothing here costs anything.
+        self.telemetry: Telemetry | None = None
         caps = card.capabilities
         self.streaming = bool(caps.streaming)
         self.push = bool(caps.push_notifications)
@@ -206,7 +209,10 @@ class RequestHandler:
     ) -> AsyncIterator[StreamItem]:
         """SubscribeToTask: snapshot first (or the events after ``last_event_id``), then until terminal."""
         self._require_streaming()
-        return await self.engine.subscribe(request.id, call, tenant=request.tenant, last_event_id=last_event_id)
+        items = await self.engine.subscribe(request.id, call, tenant=request.tenant, last_event_id=last_event_id)
+        if self.telemetry is not None:
+            return self.telemetry.watch(items, operation="SubscribeToTask")
+        return items
 
     # --- push configs ------------------------------------------------------------------------------------
 
@@ -278,4 +284,6 @@ class RequestHandler:
     async def dispatch(self, method: str, request: A2AModel, call: CallContext) -> Any:
         """Call the handler method an operation names (``Operation.handler``)."""
         fn: Callable[[Any, CallContext], Awaitable[Any]] = getattr(self, method)
+        if self.telemetry is not None:
+            return await self.telemetry.dispatch(method, fn, request, call)
         return await fn(request, call)

@@ -65,6 +65,8 @@ class Recorder:
     checkpoint_chunks: int
     checkpoint_seconds: float
     _sync_store: bool
+    # Observability (relaykit.telemetry.Telemetry) or None: spans around store writes and state publishes.
+    telemetry: Any
 
     async def _on_event(self, active: ActiveTask, pending: PendingRequest, event: Event) -> None:
         if active.agent_error is not None:
@@ -214,7 +216,7 @@ class Recorder:
             )
         bus = self.bus
         current = active.current
-        seq = await bus.publish(
+        publish = bus.publish(
             active.task_id,
             event,
             data,
@@ -222,6 +224,12 @@ class Recorder:
             base_seq=base if base is not None else self._base_seq(active),
             execution=current.message.message_id if current is not None else "",
         )
+        tel = self.telemetry
+        if tel is None or isinstance(event, TaskArtifactUpdateEvent):
+            seq = await publish  # artifact chunks get no span each (a 1,000-chunk stream is not 1,000 spans)
+        else:
+            with tel.span("a2a.bus.publish", active.task_id):
+                seq = await publish
         if active.record is not None:
             active.record.event_seq = seq
         if self.on_event is not None:
@@ -252,6 +260,14 @@ class Recorder:
         record = active.record
         if record is None:
             return
+        tel = self.telemetry
+        if tel is None:
+            await self._write(active, record)
+            return
+        with tel.span("a2a.store.write", active.task_id):
+            await self._write(active, record)
+
+    async def _write(self, active: ActiveTask, record: TaskRecord) -> None:
         active.dirty = False
         active.chunks_since_flush = 0
         active.last_flush = time.monotonic()

@@ -118,6 +118,8 @@ class Runner(Cancellation):
             message.context_id = context_id
             active = ActiveTask(new_id(), context_id, tenant, owner, None)
         pending = PendingRequest(message, request.configuration, request.metadata, call, streaming=streaming)
+        if self.telemetry is not None:
+            pending.trace = self.telemetry.capture()
         self._enqueue(active, pending)
         return pending
 
@@ -168,6 +170,8 @@ class Runner(Cancellation):
         message.context_id = active.context_id
         pending = PendingRequest(message, request.configuration, request.metadata, call)
         pending.rerun = rerun
+        if self.telemetry is not None:
+            pending.trace = self.telemetry.capture()
         self._enqueue(active, pending)
         return pending
 
@@ -187,7 +191,10 @@ class Runner(Cancellation):
                     )
                     continue
                 try:
-                    await self._execute(active, pending)
+                    if self.telemetry is None:
+                        await self._execute(active, pending)
+                    else:
+                        await self.telemetry.run_execution(self._execute, active, pending)
                 except Exception:
                     # The engine itself failed (typically the store refused a write). Without this the callers of this
                     # and every queued message would wait forever and the runner's exception would go unretrieved.

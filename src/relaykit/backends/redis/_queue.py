@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,8 +41,15 @@ class WorkItem:
     call: bytes  # the CallContext as JSON (user, tenant, extensions, forwarded headers)
     fresh: bool  # the message starts the task (the accepting replica stored it SUBMITTED)
     entry_id: bytes = b""
+    trace: bytes = b""  # the accepting request's trace context (W3C headers as JSON), when tracing is on
 
     def fields(self) -> dict[bytes, bytes]:
+        fields = self._fields()
+        if self.trace:
+            fields[b"x"] = self.trace
+        return fields
+
+    def _fields(self) -> dict[bytes, bytes]:
         return {
             b"t": self.task_id.encode(),
             b"n": self.tenant.encode(),
@@ -61,6 +69,7 @@ class WorkItem:
             call=fields.get(b"c", b"{}"),
             fresh=fields.get(b"f") == b"1",
             entry_id=entry_id,
+            trace=fields.get(b"x", b""),
         )
 
 
@@ -115,6 +124,25 @@ class RedisWorkQueue:
             if "BUSYGROUP" not in str(exc):
                 raise
         self._group_ready = True
+
+    async def backlog(self) -> tuple[int, float]:
+        """``(entries no worker has taken yet, age in seconds of the oldest of them)`` (the queue metrics)."""
+        depth = 0
+        last = b"0-0"
+        for group in await self._call(self.client.xinfo_groups(self.stream)):
+            name = group.get("name")
+            if name in (_GROUP, _GROUP.encode()):
+                depth = int(group.get("lag") or 0)
+                last = group.get("last-delivered-id") or last
+        if not depth:
+            return 0, 0.0
+        marker = last.decode() if isinstance(last, bytes) else str(last)
+        entries = await self._call(self.client.xrange(self.stream, min="(" + marker, count=1))
+        if not entries:
+            return depth, 0.0
+        entry_id = entries[0][0]
+        millis = int((entry_id.decode() if isinstance(entry_id, bytes) else entry_id).split("-", 1)[0])
+        return depth, max(0.0, time.time() - millis / 1000)
 
     async def enqueue(self, item: WorkItem) -> None:
         """Add an accepted message (sets ``item.entry_id``); ``ServiceUnavailableError`` when Redis is unreachable."""

@@ -1,0 +1,234 @@
+"""What observability costs: server CPU per SendMessage and per 1,000-chunk stream, side by side in one run.
+
+    python bench/otel_overhead.py [--rounds 3] [--sends 3000] [--streams 5]
+
+Configurations (each a fresh process, alternated a b c d e a b c d e …, medians of the rounds):
+
+* (a) relaykit, the ``otel`` extra absent (``opentelemetry`` made unimportable);
+* (b) relaykit, the OpenTelemetry API installed and no SDK set up (the default: telemetry is ``None``);
+* (c) relaykit, the SDK with an in-memory exporter (batch span processor) and metrics on (``/metrics`` registry
+  mirrored into an SDK meter provider with an in-memory reader);
+* (d) the official a2a-sdk with its tracing off (``OTEL_INSTRUMENTATION_A2A_SDK_ENABLED=false``);
+* (e) the official a2a-sdk with its tracing on and the same SDK + in-memory exporter.
+
+The app is driven in-process through raw ASGI calls (no sockets, no HTTP client), so the CPU measured is the
+server's own and the overhead ratios are not diluted by HTTP parsing: a conservative measure. The a2a-sdk peer is the
+echo agent of the shared bench harness (``../shared/bench/peers/a2a_sdk/echo_agent.py``); without it, (d)/(e) are
+skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.abc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SDK_PEER = HERE.parent.parent / "shared" / "bench" / "peers" / "a2a_sdk"
+if not SDK_PEER.exists():
+    SDK_PEER = Path("/work/shared/bench/peers/a2a_sdk")
+
+CONFIGS = {
+    "a": "relaykit, no otel extra",
+    "b": "relaykit, OTel API, no SDK",
+    "c": "relaykit, SDK + in-memory exporter + metrics",
+    "d": "a2a-sdk, tracing off",
+    "e": "a2a-sdk, tracing on (SDK + in-memory exporter)",
+}
+
+
+class _NoOtel(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ImportError(f"{name} is not installed (bench configuration a)")
+        return None
+
+
+# The in-memory exporter keeps every span it is given; a real exporter sends them and lets them go. Emptied every
+# ``_DRAIN`` requests (in every configuration that has one), so the run does not measure the garbage collector walking
+# thousands of retained spans.
+_EXPORTERS: list[Any] = []
+_DRAIN = 256
+
+
+def _drain() -> None:
+    for exporter in _EXPORTERS:
+        exporter.clear()
+
+
+def _sdk_setup() -> None:
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    _EXPORTERS.append(exporter)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+
+def _app(config: str) -> Any:
+    if config == "a":
+        sys.meta_path.insert(0, _NoOtel())
+    if config in ("c", "e"):
+        _sdk_setup()
+    if config in ("d", "e"):
+        os.environ["OTEL_INSTRUMENTATION_A2A_SDK_ENABLED"] = "true" if config == "e" else "false"
+        sys.path.insert(0, str(SDK_PEER))
+        import echo_agent  # type: ignore[import-not-found]
+
+        return echo_agent.build_app(8000)
+    sys.path.insert(0, str(HERE))
+    from echo import BenchEcho  # type: ignore[import-not-found]
+
+    from relaykit.http import create_app
+
+    app = create_app(BenchEcho(), metrics=config == "c")
+    server = app.state.relaykit
+    assert (server.telemetry is None) == (config in ("a", "b")), config
+    return app
+
+
+_NEVER = asyncio.Event()
+
+
+async def _call(app: Any, body: bytes) -> bytes:
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/",
+        "raw_path": b"/",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"127.0.0.1:8000"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"a2a-version", b"1.0"),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    sent = False
+    chunks: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await _NEVER.wait()  # the client stays connected
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return b"".join(chunks)
+
+
+def _request(method: str, text: str, n: int) -> bytes:
+    return json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": n,
+            "method": method,
+            "params": {"message": {"role": "ROLE_USER", "messageId": f"m-{n}", "parts": [{"text": text}]}},
+        }
+    ).encode()
+
+
+async def _measure(config: str, sends: int, streams: int) -> dict[str, float]:
+    app = _app(config)
+    for i in range(300):  # warm-up (and the lazy start of the app)
+        out = await _call(app, _request("SendMessage", "hello", i))
+        assert b"COMPLETED" in out, out[:300]
+    _drain()
+    started = time.process_time()
+    for i in range(sends):
+        await _call(app, _request("SendMessage", "hello", 1000 + i))
+        if i % _DRAIN == 0:
+            _drain()
+    send_us = (time.process_time() - started) / sends * 1e6
+    out = await _call(app, _request("SendStreamingMessage", "stream 1000", 10))
+    assert out.count(b"chunk ") >= 1000, out[-300:]
+    _drain()
+    started = time.process_time()
+    for i in range(streams):
+        await _call(app, _request("SendStreamingMessage", "stream 1000", 20 + i))
+        _drain()
+    stream_ms = (time.process_time() - started) / streams * 1e3
+    return {"send_cpu_us": send_us, "stream_cpu_ms": stream_ms}
+
+
+def _child(config: str, sends: int, streams: int) -> dict[str, float] | None:
+    if config in ("d", "e") and not (SDK_PEER / "echo_agent.py").exists():
+        return None
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", config, "--sends", str(sends), "--streams", str(streams)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sends", type=int, default=3000)
+    parser.add_argument("--streams", type=int, default=5)
+    parser.add_argument("--child", default=None)
+    parser.add_argument("--configs", default="abcde", help="which configurations to run (default: all)")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(asyncio.run(_measure(args.child, args.sends, args.streams))))
+        return
+    results: dict[str, list[dict[str, float]]] = {c: [] for c in CONFIGS if c in args.configs}
+    for _ in range(args.rounds):
+        for config in results:
+            found = _child(config, args.sends, args.streams)
+            if found is not None:
+                results[config].append(found)
+    rows = []
+    base: dict[str, float] = {}
+    for config, runs in results.items():
+        if not runs:
+            continue
+        send = statistics.median(r["send_cpu_us"] for r in runs)
+        stream = statistics.median(r["stream_cpu_ms"] for r in runs)
+        spread_send = f"[{min(r['send_cpu_us'] for r in runs):.0f}-{max(r['send_cpu_us'] for r in runs):.0f}]"
+        spread_stream = f"[{min(r['stream_cpu_ms'] for r in runs):.1f}-{max(r['stream_cpu_ms'] for r in runs):.1f}]"
+        if config in ("a", "d"):
+            base = {"send": send, "stream": stream}
+        rows.append(
+            f"| ({config}) {CONFIGS[config]} | {send:.0f} {spread_send} | {send / base['send']:.3f} | "
+            f"{stream:.1f} {spread_stream} | {stream / base['stream']:.3f} |"
+        )
+    print(f"rounds={args.rounds} sends={args.sends} streams={args.streams} (medians [min-max])\n")
+    print("| configuration | CPU µs / SendMessage | ratio | CPU ms / 1,000-chunk stream | ratio |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""The one module that imports OpenTelemetry (extra ``otel``): spans, context propagation, SDK setup, the metrics
+bridge.
+
+Nothing else in relaykit imports ``opentelemetry``; ``Telemetry`` reaches this module only when tracing is on, so a
+process without the extra (or without an SDK configured) never imports it on the request path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
+from typing import Any
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics as otel_metrics
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError("OpenTelemetry is not installed: pip install 'relaykit[otel]' (tracing and OTLP export)") from exc
+
+from relaykit.telemetry._metrics import METRICS, Metrics
+
+__all__ = [
+    "SERVER",
+    "attach",
+    "configure_sdk",
+    "current",
+    "detach",
+    "extract",
+    "ids",
+    "inject",
+    "meter_bridge",
+    "sdk_configured",
+    "span",
+    "start_span",
+    "tracer",
+]
+
+SERVER = SpanKind.SERVER
+CLIENT = SpanKind.CLIENT
+INTERNAL = SpanKind.INTERNAL
+PRODUCER = SpanKind.PRODUCER
+ERROR = StatusCode.ERROR
+
+_SCOPE = "relaykit"
+
+
+def sdk_configured() -> bool:
+    """Whether the process has a tracer provider other than the API's default (an SDK set up by someone)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("relaykit")
+    except PackageNotFoundError:  # pragma: no cover - a source checkout without metadata
+        return "0"
+
+
+def tracer(provider: Any = None) -> trace.Tracer:
+    return trace.get_tracer(_SCOPE, _version(), tracer_provider=provider)
+
+
+def current() -> Any:
+    return otel_context.get_current()
+
+
+def extract(carrier: Mapping[str, str]) -> Any:
+    """The context of incoming ``traceparent``/``tracestate``/``baggage`` (the global propagator)."""
+    return propagate.extract(carrier)
+
+
+def inject(carrier: MutableMapping[str, str], ctx: Any = None) -> None:
+    propagate.inject(carrier, context=ctx)
+
+
+def carrier_bytes() -> bytes:
+    """The current context as JSON headers, for a hop that is not HTTP (the work queue)."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return json.dumps(carrier, separators=(",", ":")).encode() if carrier else b""
+
+
+def from_bytes(data: bytes) -> Any:
+    try:
+        carrier = json.loads(data)
+    except ValueError:
+        return None
+    return propagate.extract(carrier) if isinstance(carrier, dict) else None
+
+
+def start_span(t: trace.Tracer, name: str, kind: SpanKind, parent: Any, attributes: dict[str, Any]) -> Any:
+    return t.start_span(name, context=parent, kind=kind, attributes=attributes)
+
+
+def attach(span_: Any, parent: Any = None) -> object:
+    return otel_context.attach(trace.set_span_in_context(span_, parent))
+
+
+def detach(token: object) -> None:
+    otel_context.detach(token)  # type: ignore[arg-type]
+
+
+@contextmanager
+def span(t: trace.Tracer, name: str, attributes: dict[str, Any], kind: SpanKind = INTERNAL) -> Iterator[Any]:
+    with t.start_as_current_span(name, kind=kind, attributes=attributes) as s:
+        yield s
+
+
+def fail(span_: Any, description: str) -> None:
+    span_.set_status(Status(StatusCode.ERROR, description))
+
+
+def ids() -> tuple[str, str] | None:
+    """The current span's trace id and span id (hex), when one is recording."""
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+
+
+def configure_sdk() -> None:
+    """``relaykit serve --otel``: the SDK from the standard ``OTEL_*`` variables, exporting OTLP over HTTP/protobuf
+    (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ...;
+    ``OTEL_METRICS_EXPORTER=none`` keeps metrics local)."""
+    import os
+
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the exporters read OTEL_EXPORTER_OTLP_*.
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "relaykit")})
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    if os.environ.get("OTEL_METRICS_EXPORTER", "otlp") != "none":
+        reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+        otel_metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
+
+
+def meter_configured() -> bool:
+    return type(otel_metrics.get_meter_provider()).__name__ not in ("_ProxyMeterProvider", "NoOpMeterProvider")
+
+
+def meter_bridge(metrics: Metrics) -> None:
+    """Mirror ``metrics`` into the OpenTelemetry metrics API (same names). Counters and gauges are observable
+    instruments read from ``metrics`` at each collection (nothing per request); histograms are recorded as they come
+    (the API has no observable histogram)."""
+    meter = otel_metrics.get_meter(_SCOPE, _version())
+    histograms: dict[str, Any] = {}
+    attribute_cache: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+
+    def attributes(name: str, labels: tuple[str, ...]) -> dict[str, str]:
+        key = (name, labels)
+        found = attribute_cache.get(key)
+        if found is None:
+            found = attribute_cache[key] = dict(zip(METRICS[name][2], labels, strict=True))
+        return found
+
+    for name, (kind, unit, _labels, help_text) in METRICS.items():
+        if kind == "histogram":
+            histograms[name] = meter.create_histogram(name, unit=unit or "1", description=help_text)
+        elif kind == "counter":
+
+            def count(_options: Any, name: str = name) -> Any:
+                series = metrics.counters.get(name, {})
+                return [otel_metrics.Observation(v, attributes(name, k)) for k, v in list(series.items())]
+
+            meter.create_observable_counter(name, callbacks=[count], unit=unit or "1", description=help_text)
+        else:
+
+            def observe(_options: Any, name: str = name) -> Any:
+                value = metrics.read_gauges_sync().get(name)
+                return [] if value is None else [otel_metrics.Observation(value)]
+
+            meter.create_observable_gauge(name, callbacks=[observe], unit=unit or "1", description=help_text)
+
+    def record(name: str, labels: tuple[str, ...], value: float) -> None:
+        histogram = histograms.get(name)
+        if histogram is not None:
+            histogram.record(value, attributes(name, labels))
+
+    metrics.listeners.append(record)

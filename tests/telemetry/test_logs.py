@@ -1,0 +1,110 @@
+"""``--log-format json``: every line of a ``relaykit serve`` process is one JSON object, access and engine lines carry
+the task id (and context id, and the caller's X-Request-Id), no credential appears anywhere; in-process, lines logged
+inside a traced request carry its trace id and span id."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+from otel_helpers import Spans, new_telemetry, serve_agent
+from support.servers import start_serve
+
+from relaykit.client import Client
+from relaykit.telemetry import JSONFormatter
+from relaykit.types import Task, TaskState
+
+AGENT = """
+from relaykit import agent
+
+@agent
+async def app(context):
+    if context.text == "boom":
+        raise RuntimeError("the agent broke")
+    return "ok"
+"""
+SECRETS = ("s3cret-bearer-token", "s3cret-api-key", "s3cret-push-credentials", "s3cret-push-token", "s3cret-cookie")
+
+
+def _rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+def _message(text: str, mid: str) -> dict[str, Any]:
+    return {"message": {"role": "ROLE_USER", "messageId": mid, "parts": [{"text": text}]}}
+
+
+def test_serve_json_lines_with_task_ids_and_no_credentials(tmp_path: Path) -> None:
+    target = tmp_path / "agent.py"
+    target.write_text(AGENT)
+    server = start_serve(
+        f"{target}:app",
+        tmp_path,
+        args=["--log-format", "json", "--access-log", "--push-allow", "127.0.0.1"],
+        log_level="info",
+    )
+    headers = {
+        "A2A-Version": "1.0",
+        "Authorization": "Bearer s3cret-bearer-token",
+        "X-API-Key": "s3cret-api-key",
+        "Cookie": "session=s3cret-cookie",
+        "X-Request-Id": "req-42",
+    }
+    try:
+        with httpx.Client(timeout=10) as http:
+            ok = http.post(server.url + "/", json=_rpc("SendMessage", _message("hello", "m-1")), headers=headers)
+            task_id = ok.json()["result"]["task"]["id"]
+            boom = http.post(server.url + "/", json=_rpc("SendMessage", _message("boom", "m-2")), headers=headers)
+            failed = boom.json()["result"]["task"]
+            push = {
+                "url": "http://127.0.0.1:9/hook?sig=s3cret-push-token",
+                "token": "s3cret-push-token",
+                "authentication": {"scheme": "Bearer", "credentials": "s3cret-push-credentials"},
+            }
+            params = {**_message("hello", "m-3"), "configuration": {"taskPushNotificationConfig": push}}
+            pushed = http.post(server.url + "/", json=_rpc("SendMessage", params), headers=headers)
+            assert "result" in pushed.json(), pushed.text
+    finally:
+        server.stop()
+    assert failed["status"]["state"] == "TASK_STATE_FAILED"
+    text = server.log_path.read_text()
+    for secret in SECRETS:
+        assert secret not in text
+    # Every log line is one JSON object (the start-up banner on stdout, "relaykit: serving …", is not a log line).
+    lines = [json.loads(line) for line in text.splitlines() if line.strip() and not line.startswith("relaykit: ")]
+    assert all({"time", "level", "logger", "message"} <= set(line) for line in lines)
+    access = [line for line in lines if line["logger"] == "relaykit.access"]
+    assert any(line.get("task_id") == task_id and line.get("request_id") == "req-42" for line in access), access
+    broke = [line for line in lines if line["logger"] == "relaykit.engine" and "executor raised" in line["message"]]
+    assert broke, lines
+    assert broke[0]["task_id"] == failed["id"]
+    assert broke[0]["context_id"] == failed["contextId"]
+    assert "RuntimeError" in broke[0]["exception"]
+
+
+async def test_lines_inside_a_traced_request_carry_its_trace_and_span(spans: Spans) -> None:
+    records: list[dict[str, Any]] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(json.loads(JSONFormatter().format(record)))
+
+    handler = Keep()
+    engine_log = logging.getLogger("relaykit.engine")
+    engine_log.addHandler(handler)
+    try:
+        async with serve_agent(new_telemetry(spans)) as served, Client(served.url, transports=["JSONRPC"]) as client:
+            task = await client.send("boom")
+    finally:
+        engine_log.removeHandler(handler)
+    assert isinstance(task, Task)
+    assert task.status.state is TaskState.FAILED
+    [line] = [r for r in records if "executor raised" in r["message"]]
+    [execute] = [s for s in spans.finished() if s.name == "a2a.execute"]
+    assert line["task_id"] == task.id
+    assert line["context_id"] == task.context_id
+    assert line["trace_id"] == format(execute.context.trace_id, "032x")
+    assert line["span_id"] == format(execute.context.span_id, "016x")
