@@ -224,6 +224,7 @@ def assemble(
         max_concurrent=max_concurrent,
         max_queued=max_queued,
         max_subscribers=max_subscribers,
+        idempotency_window=idempotency_window,
     )
     if redis_url is not None:
         from relaykit.backends.redis import RedisWorkQueue

@@ -5,6 +5,7 @@ See the package for the invariants (one owner, one thread, durability, ordering)
 
 from __future__ import annotations
 
+import builtins
 import os
 import sqlite3
 from datetime import datetime
@@ -142,6 +143,23 @@ class SQLiteTaskStore(AttachedStore[Database]):
     async def delete(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
         def job(conn: sqlite3.Connection) -> bool:
             return conn.execute(self._sql_delete, (task_id, tenant, owner)).rowcount > 0
+
+        return await self._db.run(job)
+
+    async def first_messages(self, since: datetime, limit: int) -> builtins.list[tuple[str, str, str, str, str, int]]:
+        """``(tenant, owner, messageId, task id, context id, status time in µs)`` of the message that started each
+        task whose status changed since ``since`` (at most ``limit``): refills the idempotency window on start."""
+        states = tuple(state.value for state in TaskState)
+        # ``state IN (every state)``: the (state, status_ts) index serves the range, no scan of every body.
+        sql = (
+            f"SELECT tenant, owner, json_extract(CAST(body AS TEXT), '$.history[0].messageId'), id, context_id, "
+            f"status_ts FROM {self._table} WHERE state IN ({', '.join('?' * len(states))}) AND status_ts >= ? "
+            "LIMIT ?"
+        )
+
+        def job(conn: sqlite3.Connection) -> builtins.list[tuple[str, str, str, str, str, int]]:
+            rows = conn.execute(sql, (*states, timestamp_us(since), limit)).fetchall()
+            return [(r[0], r[1], r[2], r[3], r[4], int(r[5])) for r in rows if r[2]]
 
         return await self._db.run(job)
 
