@@ -71,10 +71,13 @@ class A2AServer:
         async with self._lock:
             if self.started:
                 return
-            await self.engine.start()
+            # Recovery after the push sender started: a task failed "server restarted" notifies its webhooks.
+            await self.engine.start(recover=False)
             await self.handler.push_store.start()
             if self.push_sender is not None:
                 await self.push_sender.start()
+            if self.engine.cluster is None:
+                await self.engine.recover()
             if self.retention:
                 self._purger = asyncio.create_task(self._purge_loop(self.retention), name="relaykit-retention")
             self.started = True

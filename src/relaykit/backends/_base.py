@@ -13,6 +13,7 @@ Every implementation (memory, SQLite, PostgreSQL; local bus, Redis) passes the s
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
@@ -113,10 +114,12 @@ class TaskStore(Protocol):
     async def delete(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
         """Remove a task; ``True`` when something was removed."""
 
-    async def fail_orphans(self, reason: str) -> int:
+    async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
         """Mark every SUBMITTED/WORKING task FAILED with ``reason`` as an agent status message; returns the count.
 
-        Called on start: a task left active by a dead process will never be finished by it.
+        Called on start: a task left active by a dead process will never be finished by it. The FAILED status is
+        an event like any other: each task's ``event_seq`` moves on by one (the number the engine publishes it
+        under), and ``failed`` (when given) receives each task as now stored.
         """
 
     async def purge(self, before: datetime) -> int:

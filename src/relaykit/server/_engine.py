@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from relaykit._errors import ServiceUnavailableError
-from relaykit._types import Message, SendMessageRequest, Task, TaskState, stream_json
+from relaykit._types import Message, SendMessageRequest, Task, TaskState, TaskStatusUpdateEvent, stream_json
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import EventBus
 from relaykit.backends.memory import LocalEventBus, MemoryTaskStore
@@ -113,13 +113,33 @@ class TaskEngine(Runner, Readers):
             # a blanket "server restarted" that would fail the tasks other live replicas are running.
             recover = False
         await self._recall_recent()
-        recovered = await self.store.fail_orphans("server restarted") if recover else 0
-        if recovered:
-            log.warning("marked %d task(s) left active by a previous process as FAILED", recovered)
+        recovered = await self.recover() if recover else 0
         self._accepting = True
         self._started = True
         if self.cluster is not None:
             await self.cluster.start()
+        return recovered
+
+    async def recover(self) -> int:
+        """Mark tasks a dead process left active FAILED ("server restarted"); returns how many.
+
+        Like any terminal transition, each FAILED status is persisted, then published under the next event id (a
+        subscriber resuming with its Last-Event-ID gets it; the log is kept, not forgotten at once) and handed to
+        the push hook (``A2AServer.start`` recovers after the push sender started, so the webhook is told).
+        """
+        failed: list[TaskRecord] = []
+        recovered = await self.store.fail_orphans("server restarted", failed=failed)
+        if recovered:
+            log.warning("marked %d task(s) left active by a previous process as FAILED", recovered)
+        for record in failed:
+            task = record.task
+            active = ActiveTask(task.id, task.context_id, record.tenant, record.owner, record)
+            event = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
+            try:
+                base = await self.bus.prepare(task.id, record.event_seq - 1)
+                await self._publish(active, event, None, terminal=True, base=base)
+            except Exception:
+                log.exception("task %s: could not publish its recovery", task.id)
         return recovered
 
     async def _recall_recent(self) -> None:

@@ -152,15 +152,21 @@ class MemoryTaskStore:
         del self._rows[task_id]
         return True
 
-    async def fail_orphans(self, reason: str) -> int:
+    async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
         count = 0
         for task_id, row in list(self._rows.items()):
             if row.state in _ACTIVE:
                 task = Task.from_json(row.body)
                 task.status = failed_status(reason)
                 task.history.append(task.status.message)  # type: ignore[arg-type]
-                record = TaskRecord(task, row.tenant, row.owner, 0, row.event_seq)
+                record = TaskRecord(task, row.tenant, row.owner, 0, row.event_seq + 1)
                 self._rows[task_id] = _Row(record, row.version + 1, row.worker)
+                if failed is not None:
+                    failed.append(
+                        TaskRecord(
+                            task.model_copy(deep=True), row.tenant, row.owner, row.version + 1, row.event_seq + 1
+                        )
+                    )
                 count += 1
         return count
 

@@ -77,9 +77,12 @@ class PostgresTaskStore(AttachedStore[Database]):
             "worker = $11 WHERE id = $1 AND tenant = $2 AND owner = $3 AND version = $10"
         )
         self._sql_delete = f"DELETE FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3"
-        self._sql_active = f"SELECT id, body FROM {t} WHERE state = ANY($1::text[]) FOR UPDATE"
+        self._sql_active = (
+            f"SELECT id, body, tenant, owner, version, event_seq FROM {t} WHERE state = ANY($1::text[]) FOR UPDATE"
+        )
         self._sql_fail = (
-            f"UPDATE {t} AS o SET state = u.state, status_ts = u.status_ts, version = o.version + 1, body = u.body "
+            f"UPDATE {t} AS o SET state = u.state, status_ts = u.status_ts, version = o.version + 1, "
+            "event_seq = o.event_seq + 1, body = u.body "
             "FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[]) AS u(id, state, status_ts, body) "
             "WHERE o.id = u.id"
         )
@@ -257,7 +260,7 @@ class PostgresTaskStore(AttachedStore[Database]):
 
         return rowcount(await self._db.run(job)) > 0
 
-    async def fail_orphans(self, reason: str) -> int:
+    async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
         # Every active task of the namespace: right while the single-process guard holds (no other process can be
         # running any of them). Replicas sharing the namespace (exclusive=False) must scope this by lease first.
         async def job(conn: Any) -> int:
@@ -272,7 +275,7 @@ class PostgresTaskStore(AttachedStore[Database]):
                 states: list[str] = []
                 stamps: list[int] = []
                 bodies: list[bytes] = []
-                for task_id, body in rows:
+                for task_id, body, tenant, owner, version, event_seq in rows:
                     task = Task.from_json(body)
                     status = failed_status(reason)
                     task.status = status
@@ -283,6 +286,8 @@ class PostgresTaskStore(AttachedStore[Database]):
                     states.append(status.state.value)
                     stamps.append(sort_key(task)[0])
                     bodies.append(task.to_json())
+                    if failed is not None:
+                        failed.append(TaskRecord(task, tenant, owner, int(version) + 1, int(event_seq) + 1))
                 await conn.execute(self._sql_fail, ids, states, stamps, bodies)
                 return len(rows)
 
