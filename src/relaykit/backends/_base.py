@@ -357,3 +357,8 @@ class PushOutbox(Protocol):
 
     async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
         """The task's dead letters, oldest first."""
+
+    async def purge(self, before: float) -> tuple[int, int]:
+        """Retention: delete dead letters that died before ``before`` (epoch seconds), and the health rows of
+        streams with nothing pending or dead left whose last attempt is older; returns ``(dead letters, health
+        rows)`` removed."""

@@ -396,6 +396,25 @@ class MemoryPushOutbox:
             )
         return out
 
+    async def purge(self, before: float) -> tuple[int, int]:
+        dead = 0
+        for stream, entries in list(self._dead.items()):
+            for event_id in [k for k, e in entries.items() if (e.dead_at or 0.0) < before]:
+                del entries[event_id]
+                dead += 1
+            if not entries:
+                del self._dead[stream]
+        idle = [
+            stream
+            for stream, row in self._health.items()
+            if stream not in self._pending
+            and stream not in self._dead
+            and max(row.last_success or 0.0, row.last_failure or 0.0) < before
+        ]
+        for stream in idle:
+            del self._health[stream]
+        return dead, len(idle)
+
     async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
         out: list[OutboxEntry] = []
         for stream in self._streams_of(task_id, tenant, owner):

@@ -141,6 +141,12 @@ class PostgresPushOutbox(AttachedStore[Database]):
         ns = self._db.namespace
         o, h, lease = f"{ns}_push_outbox", f"{ns}_push_health", f"{ns}_push_leases"
         key = "tenant, owner, task_id, config_id"
+        self._sql_purge_dead = f"DELETE FROM {o} WHERE dead_at IS NOT NULL AND dead_at < $1"
+        self._sql_purge_health = (
+            f"DELETE FROM {h} AS h WHERE GREATEST(COALESCE(h.last_success, 0), COALESCE(h.last_failure, 0)) < $1 "
+            f"AND NOT EXISTS (SELECT 1 FROM {o} AS o WHERE o.tenant = h.tenant AND o.owner = h.owner "
+            "AND o.task_id = h.task_id AND o.config_id = h.config_id)"
+        )
         self._sql_discard = (
             f"DELETE FROM {o} AS o USING unnest($1::text[], $2::text[], $3::text[], $4::text[]) "
             "AS u(tenant, owner, task_id, config_id) WHERE o.tenant = u.tenant AND o.owner = u.owner "
@@ -389,6 +395,16 @@ class PostgresPushOutbox(AttachedStore[Database]):
                 health.last_error = str(row[9])
             out.append(health)
         return out
+
+    async def purge(self, before: float) -> tuple[int, int]:
+        async def job(conn: Any) -> tuple[int, int]:
+            async with conn.transaction():
+                dead = await conn.execute(self._sql_purge_dead, before)
+                health = await conn.execute(self._sql_purge_health, before)
+            # asyncpg answers with the command tag ("DELETE n").
+            return int(dead.split()[-1]), int(health.split()[-1])
+
+        return await self._db.run(job)
 
     async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
         if has_nul(task_id, tenant, owner):
