@@ -91,7 +91,7 @@ class A2AServer:
                 removed = await self.purge(cutoff)
                 if any(removed):
                     log.info(
-                        "purged %d terminal task(s), %d push dead letter(s) and %d delivery-health row(s) older than %s",
+                        "purged %d terminal task(s), %d push dead letter(s), %d delivery-health row(s) older than %s",
                         *removed,
                         cutoff.isoformat(),
                     )
