@@ -5,6 +5,7 @@ through a hard link is refused (one line, exit 2), and the first server's runnin
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -32,9 +33,10 @@ async def test_a_hard_link_to_a_served_database_is_refused(tmp_path: Path) -> No
             (tmp_path / "other").mkdir()
             link = tmp_path / "other" / "same.db"
             os.link(db, link)
-            second = subprocess.run(
-                [sys.executable, "-m", "relaykit.cli", "serve", AGENT, "--store", f"sqlite:///{link}"]
-                + ["--port", str(free_port()), "--host", "127.0.0.1"],
+            command = [sys.executable, "-m", "relaykit.cli", "serve", AGENT, "--store", f"sqlite:///{link}"]
+            second = await asyncio.to_thread(
+                subprocess.run,
+                [*command, "--port", str(free_port()), "--host", "127.0.0.1"],
                 cwd=REPO_ROOT,
                 env=environ({"RELAYKIT_DEBUG": None}),
                 stdin=subprocess.DEVNULL,
