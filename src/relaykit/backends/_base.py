@@ -65,6 +65,10 @@ class TaskRecord:
     # The task's ProtoJSON as of this save, when the writer already has it (stores use it instead of encoding
     # again; the engine reuses it for responses). Writers that change the task must reset it.
     body: bytes | None = None
+    # Scale-out: the queued form of the message the task's current execution runs (``WorkItem.request``, a newline,
+    # ``WorkItem.call``), stored with the SUBMITTED row and by each claim, so the entry can be re-created exactly.
+    # Written by ``save`` only when the row is inserted, and by ``claim``; read back by ``claim``.
+    request: bytes | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -174,7 +178,9 @@ class TaskClaims(Protocol):
     async def retire(self, worker: str) -> None:
         """Forget ``worker``: its claims become claimable at once."""
 
-    async def claim(self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous") -> Claim | None:
+    async def claim(
+        self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous", request: bytes | None = None
+    ) -> Claim | None:
         """Claim the task for ``worker``; ``None`` when it is missing, out of scope or held by another live worker."""
 
     async def release(self, task_id: str, worker: str) -> None:

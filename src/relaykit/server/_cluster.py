@@ -51,7 +51,7 @@ from relaykit._types import (
 from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends.redis import RedisWorkQueue, WorkItem
 from relaykit.server._context import CallContext
-from relaykit.server._front import Front, decode_call
+from relaykit.server._front import Front, decode_call, queued, requeued
 
 if TYPE_CHECKING:
     from relaykit.backends.redis import RedisEventBus
@@ -222,7 +222,9 @@ class Cluster(Front):
             lock = self._locks[task_id] = asyncio.Lock()
         return lock
 
-    async def _claim(self, task_id: str, tenant: str, owner: str, *, reuse: bool = True) -> Claim | None:
+    async def _claim(
+        self, task_id: str, tenant: str, owner: str, *, reuse: bool = True, request: bytes | None = None
+    ) -> Claim | None:
         """Claim a task for this process. One it already holds is not claimed again: a claim bumps the task's
         version, which would fence off this process's own running execution. ``reuse=False`` (the sweeper): None
         for a task this process holds."""
@@ -239,7 +241,8 @@ class Cluster(Front):
                 # finishing: the next message waits for its end (one execution at a time); a claim now would fence
                 # it off.
                 return None
-            claim: Claim | None = await self.store.claim(task_id, self.id, tenant=tenant, owner=owner)
+            # ``request``: the queue entry being taken, stored with the claim (one statement) for ``_recover``.
+            claim: Claim | None = await self.store.claim(task_id, self.id, tenant=tenant, owner=owner, request=request)
             if claim is not None:
                 self._generation += 1
                 self.held[task_id] = self._generation
@@ -353,7 +356,7 @@ class Cluster(Front):
             if self._intake_stopped:
                 # Shutting down: leave the entry unacknowledged, so another worker gets it.
                 raise ServiceUnavailableError("this worker is stopping")
-            claim = await self._claim(item.task_id, item.tenant, item.owner)
+            claim = await self._claim(item.task_id, item.tenant, item.owner, request=queued(item))
             if claim is not None:
                 return claim
             if await self.store.get(item.task_id, tenant=item.tenant, owner=item.owner) is None:
@@ -455,9 +458,15 @@ class Cluster(Front):
             return
         message = _last_user_message(task)
         unstarted = task.status.state is TaskState.SUBMITTED and len(task.history) == 1
-        call = CallContext(user=record.owner, tenant=record.tenant)
         if message is not None and ((unstarted and claim.previous is None) or self.engine.executor.idempotent):
-            request = SendMessageRequest(tenant=record.tenant, message=message)
+            # The message as it was queued (configuration, metadata, extensions, forwarded headers), when stored.
+            item = requeued(record, fresh=unstarted)
+            if item is not None:
+                request = SendMessageRequest.model_validate_json(item.request)
+                call = decode_call(item.call)
+            else:
+                request = SendMessageRequest(tenant=record.tenant, message=message)
+                call = CallContext(user=record.owner, tenant=record.tenant)
             log.warning(
                 "task %s: %s",
                 task.id,

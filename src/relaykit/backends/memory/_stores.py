@@ -42,6 +42,7 @@ class _Row:
         "context_id",
         "event_seq",
         "owner",
+        "request",
         "stamp",
         "state",
         "task_id",
@@ -65,6 +66,7 @@ class _Row:
         self.event_seq = record.event_seq
         # The claimant (TaskClaims): kept across saves, like the PostgreSQL column.
         self.worker = worker
+        self.request = record.request
 
     @property
     def key(self) -> tuple[int, str]:
@@ -116,7 +118,9 @@ class MemoryTaskStore:
             raise ConflictError(f"task {record.task.id} was changed by another writer")
         elif current.tenant != record.tenant or current.owner != record.owner:
             raise ConflictError(f"task {record.task.id} belongs to another scope")
-        self._rows[record.task.id] = _Row(record, record.version + 1, current.worker if current else None)
+        row = self._rows[record.task.id] = _Row(record, record.version + 1, current.worker if current else None)
+        if current is not None:
+            row.request = current.request  # written on insert and by claims only
         record.version += 1
 
     async def list(self, query: TaskQuery) -> ListPage:
@@ -191,7 +195,9 @@ class MemoryTaskStore:
     async def retire(self, worker: str) -> None:
         self._workers.pop(worker, None)
 
-    async def claim(self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous") -> Claim | None:
+    async def claim(
+        self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous", request: bytes | None = None
+    ) -> Claim | None:
         row = self._row(task_id, tenant, owner)
         if row is None:
             return None
@@ -201,7 +207,11 @@ class MemoryTaskStore:
         # Fencing: the version moves, so a save by the previous holder (read before this claim) conflicts.
         row.worker = worker
         row.version += 1
-        return Claim(TaskRecord(Task.from_json(row.body), row.tenant, row.owner, row.version, row.event_seq), previous)
+        if request is not None:
+            row.request = request
+        record = TaskRecord(Task.from_json(row.body), row.tenant, row.owner, row.version, row.event_seq)
+        record.request = row.request
+        return Claim(record, previous)
 
     async def release(self, task_id: str, worker: str) -> None:
         row = self._rows.get(task_id)

@@ -63,8 +63,8 @@ class PostgresTaskStore(AttachedStore[Database]):
         self._table = t
         self._sql_get = f"SELECT body, version, event_seq FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3"
         self._sql_insert = (
-            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING"
+            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING"
         )
         # Scope in the WHERE clause too: a record can never move a task to another tenant or owner.
         self._sql_update = (
@@ -97,11 +97,11 @@ class PostgresTaskStore(AttachedStore[Database]):
         # One statement: the subquery locks the row (a concurrent claim waits here, then sees this one's worker),
         # and yields the worker before the claim, which RETURNING (new values only) could not.
         self._sql_claim = (
-            f"UPDATE {t} AS t SET worker = $4, version = t.version + 1 "
+            f"UPDATE {t} AS t SET worker = $4, version = t.version + 1, request = COALESCE($5, t.request) "
             f"FROM (SELECT id, worker FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3 FOR UPDATE) AS p "
             "WHERE t.id = p.id AND (p.worker IS NULL OR p.worker = $4 OR NOT EXISTS "
             f"(SELECT 1 FROM {w} WHERE id = p.worker AND expires_at > now())) "
-            "RETURNING t.body, t.version, t.event_seq, p.worker"
+            "RETURNING t.body, t.version, t.event_seq, p.worker, t.request"
         )
         self._sql_release = f"UPDATE {t} SET worker = NULL WHERE id = $1 AND worker = $2"
         self._sql_claimant = f"SELECT worker FROM {t} WHERE id = $1"
@@ -180,7 +180,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         if version == 0:
 
             async def job(conn: Any) -> str:
-                return str(await conn.execute(self._sql_insert, *args))
+                return str(await conn.execute(self._sql_insert, *args, record.request))
 
             if rowcount(await self._db.run(job)) != 1:
                 raise ConflictError(f"task {task_id} already exists")
@@ -324,19 +324,23 @@ class PostgresTaskStore(AttachedStore[Database]):
 
         await self._db.run(job)
 
-    async def claim(self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous") -> Claim | None:
+    async def claim(
+        self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous", request: bytes | None = None
+    ) -> Claim | None:
         if has_nul(worker):
             raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
         if has_nul(task_id, tenant, owner):
             return None
 
         async def job(conn: Any) -> Any:
-            return await conn.fetchrow(self._sql_claim, task_id, tenant, owner, worker)
+            return await conn.fetchrow(self._sql_claim, task_id, tenant, owner, worker, request)
 
         row = await self._db.run(job)
         if row is None:
             return None
-        return Claim(TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]), int(row[2])), row[3])
+        record = TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]), int(row[2]))
+        record.request = row[4]
+        return Claim(record, row[3])
 
     async def release(self, task_id: str, worker: str) -> None:
         if has_nul(task_id, worker):
