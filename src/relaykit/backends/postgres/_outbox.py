@@ -187,6 +187,13 @@ class PostgresPushOutbox(AttachedStore[Database]):
             f"SELECT {_COLUMNS} FROM {o} WHERE dead_at IS NULL "
             "ORDER BY tenant, owner, task_id, config_id, seq, event_id"
         )
+        # Pending entries of streams no live lease covers (their sender died), older than $1: for the sweep.
+        self._sql_orphaned = (
+            f"SELECT {_COLUMNS} FROM {o} AS o WHERE o.dead_at IS NULL AND o.created_at < $1 AND NOT EXISTS "
+            f"(SELECT 1 FROM {lease} AS l WHERE l.tenant = o.tenant AND l.owner = o.owner AND l.task_id = o.task_id "
+            "AND l.config_id = o.config_id AND l.expires_at > now()) "
+            "ORDER BY o.tenant, o.owner, o.task_id, o.config_id, o.seq, o.event_id LIMIT $2"
+        )
         self._sql_still_pending = (
             f"SELECT event_id FROM {o} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND config_id = $4 "
             "AND dead_at IS NULL"
@@ -355,6 +362,16 @@ class PostgresPushOutbox(AttachedStore[Database]):
     async def pending(self) -> list[OutboxEntry]:
         async def job(conn: Any) -> list[Any]:
             return list(await conn.fetch(self._sql_pending))
+
+        return [self._entry(row) for row in await self._db.run(job)]
+
+    async def orphaned(self, before: float, limit: int = 1000) -> list[OutboxEntry]:
+        """Pending entries created before ``before`` (epoch seconds) whose stream no live lease covers: the sender
+        that committed them died (its leases expired, or it never claimed them). ``PushSender``'s sweep takes them
+        over, so a crashed replica's notifications go out within the lease time, not at the next replica start."""
+
+        async def job(conn: Any) -> list[Any]:
+            return list(await conn.fetch(self._sql_orphaned, before, limit))
 
         return [self._entry(row) for row in await self._db.run(job)]
 
