@@ -1,4 +1,4 @@
-"""The PostgreSQL push outbox: ``<namespace>_push_outbox``, ``_push_health`` and ``_push_leases`` (schema 3; 4 adds the tasks' queued request).
+"""The PostgreSQL push outbox: ``<namespace>_push_outbox``, ``_push_health`` and ``_push_leases`` (schema 3).
 
 What it adds to the ``PushOutbox`` rules in ``_base`` (mirroring ``sqlite.SQLitePushOutbox``):
 
