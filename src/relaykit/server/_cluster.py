@@ -125,6 +125,9 @@ class Cluster(Front):
         # How long a caller waits for its execution's first event before checking that its queue entry still exists.
         self.requeue_after = max(2.0, lease)
         self.held: dict[str, int] = {}  # claimed task id -> claim generation
+        # Tasks whose execution here ended while the store was unreachable (the claim could not be released, the
+        # stored state may still say WORKING): settled once the store answers again (``_settle_owed``).
+        self._owed: dict[str, tuple[str, str]] = {}  # task id -> (tenant, owner)
         self._locks: dict[str, asyncio.Lock] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._intake: list[asyncio.Task[None]] = []
@@ -209,6 +212,8 @@ class Cluster(Front):
                 if not self.alive:
                     log.warning("worker %s reaches the store again", self.id)
                 self.alive = True
+                if self._owed:
+                    await self._settle_owed()
             except Exception as exc:
                 if self.alive:
                     log.warning("worker %s heartbeat failed: %s", self.id, exc)
@@ -248,7 +253,19 @@ class Cluster(Front):
                 self.held[task_id] = self._generation
             return claim
 
-    async def _release(self, task_id: str) -> None:
+    async def _settle_owed(self) -> None:
+        """The store answers again: each task whose execution here ended during the outage is claimed again (this
+        worker still holds it) and recovered like a lost worker's (FAILED "worker lost", or run again when the
+        executor is idempotent), or just released when its outcome was stored after all."""
+        for task_id, (tenant, owner) in list(self._owed.items()):
+            if task_id in self.engine.registry:
+                continue  # running here again (a later message): its own end releases it
+            claim = await self._claim(task_id, tenant, owner, reuse=False)
+            del self._owed[task_id]
+            if claim is not None:
+                await self._recover(claim)
+
+    async def _release(self, task_id: str, scope: tuple[str, str] | None = None) -> None:
         generation = self.held.get(task_id)
         if generation is None:
             return
@@ -259,9 +276,11 @@ class Cluster(Front):
             try:
                 await self.store.release(task_id, self.id)
             except Exception as exc:
-                # The claim stays until this worker's heartbeat lapses; the sweeper of another worker then finds
-                # the task (not active any more) and lets it be.
+                # The claim stays; once the store answers, the heartbeat loop settles the task (its stored state
+                # may still be WORKING: the write of its outcome may have failed too).
                 log.warning("task %s: could not release the claim: %s", task_id, exc)
+                if scope is not None:
+                    self._owed[task_id] = scope
             self.held.pop(task_id, None)
         if not lock.locked():
             self._locks.pop(task_id, None)
@@ -295,7 +314,7 @@ class Cluster(Front):
     def _on_idle(self, active: ActiveTask) -> None:
         self._capacity.set()
         if active.task_id in self.held:
-            self._spawn(self._release(active.task_id))
+            self._spawn(self._release(active.task_id, (active.tenant, active.owner)))
 
     # --- the worker side -------------------------------------------------------------------------------------
 
