@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from tests.cluster.client import message, open_stream, open_subscribe
-from tests.push.push_helpers import Recorder
+from tests.push.push_helpers import Recorder, Server, wait_until
 from tests.support.servers import start_serve
 
 AGENT = "tests/cluster/agents.py:agent"
@@ -67,3 +68,42 @@ async def test_a_task_failed_at_restart_is_pushed_and_published(recorder: Record
     failed = pushed[-1]["json"]["statusUpdate"]
     assert failed["taskId"] == task_id
     assert failed["status"]["message"]["parts"][0]["text"] == "server restarted"
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.timeout(90)
+def test_a_task_failed_worker_lost_is_pushed(
+    recorder: Recorder, postgres_url: str, redis_url: str, cluster_namespace: str, tmp_path: Path
+) -> None:
+    """Scale-out: the replica running a task dies; another one fails it "worker lost" and its webhook is told."""
+    args = (
+        *("--bus", redis_url, "--namespace", cluster_namespace, "--lease", "2"),
+        *("--push-allow", "127.0.0.1"),
+    )
+    a = Server(AGENT, *args, store=postgres_url, log_dir=tmp_path)
+    b: Server | None = None
+    try:
+        reply = a.send(
+            "200 0.2", push={"id": "hook", "url": recorder.url("/hook"), "token": "t"}, returnImmediately=True
+        )
+        assert reply.status_code == 200, reply.text
+        task_id = reply.json()["task"]["id"]
+        recorder.wait_accepted("/hook", 2)  # A runs it: the task and its first chunk were pushed
+        b = Server(AGENT, *args, store=postgres_url, log_dir=tmp_path)
+        a.kill()
+
+        def failed() -> dict[str, Any] | None:
+            for record in recorder.accepted("/hook"):
+                update = record["json"].get("statusUpdate", {})
+                if update.get("status", {}).get("state") == "TASK_STATE_FAILED":
+                    return dict(update)
+            return None
+
+        update = wait_until(failed, timeout=30, what="the FAILED notification")
+    finally:
+        a.kill()
+        if b is not None:
+            b.stop()
+    assert update["taskId"] == task_id
+    assert update["status"]["message"]["parts"][0]["text"] == "worker lost"
