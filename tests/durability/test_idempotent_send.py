@@ -86,20 +86,24 @@ async def test_a_retried_message_runs_the_agent_once(store: Callable[[], Any]) -
     assert sum(agent.runs.values()) == 2
 
 
-async def test_a_retry_across_a_restart_runs_the_agent_once(tmp_path: Path) -> None:
-    """SQLite: the window is refilled from the stored tasks on start; a continuation is found in the history."""
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_a_retry_across_a_restart_runs_the_agent_once(kind: str, request: pytest.FixtureRequest) -> None:
+    """The stores that keep tasks: the window is refilled from them on start; a continuation is found in the
+    task's history."""
     agent = AskingAgent()
     agent.gate.set()
-    store = f"sqlite:///{tmp_path / 'restart.db'}"
+    store: Any = f"sqlite:///{request.getfixturevalue('tmp_path') / 'restart.db'}"
+    if kind == "postgres":
+        store = (request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_namespace"))
     body = message("hello")
-    async with serving(create_app(agent, store=store)) as base, httpx.AsyncClient() as http:
+    async with serving(app_for(agent, store)) as base, httpx.AsyncClient() as http:
         original = await send(http, base, body)
     task_id = original["task"]["id"]
     follow_up = message("more", task_id=task_id)
-    async with serving(create_app(agent, store=store)) as base, httpx.AsyncClient() as http:
+    async with serving(app_for(agent, store)) as base, httpx.AsyncClient() as http:
         repeated = await send(http, base, body)
         continued = await send(http, base, follow_up)
-    async with serving(create_app(agent, store=store)) as base, httpx.AsyncClient() as http:
+    async with serving(app_for(agent, store)) as base, httpx.AsyncClient() as http:
         continued_again = await send(http, base, follow_up)
     assert agent.runs == Counter({body["message"]["messageId"]: 1, follow_up["message"]["messageId"]: 1})
     assert original["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"

@@ -260,6 +260,21 @@ class PostgresTaskStore(AttachedStore[Database]):
 
         return rowcount(await self._db.run(job)) > 0
 
+    async def first_messages(self, since: datetime, limit: int) -> builtins.list[tuple[str, str, str, str, str, int]]:
+        """``(tenant, owner, messageId, task id, context id, status time in µs)`` of the message that started each
+        task whose status changed since ``since`` (at most ``limit``): refills the idempotency window on start."""
+        sql = (
+            "SELECT tenant, owner, convert_from(body, 'UTF8')::jsonb #>> '{history,0,messageId}', id, context_id, "
+            f"status_ts FROM {self._table} WHERE state = ANY($1::text[]) AND status_ts >= $2 LIMIT $3"
+        )
+        states = [state.value for state in TaskState]
+
+        async def job(conn: Any) -> builtins.list[Any]:
+            return list(await conn.fetch(sql, states, timestamp_us(since), limit))
+
+        rows = await self._db.run(job)
+        return [(r[0], r[1], r[2], r[3], r[4], int(r[5])) for r in rows if r[2]]
+
     async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
         # Every active task of the namespace: right while the single-process guard holds (no other process can be
         # running any of them). Replicas sharing the namespace (exclusive=False) must scope this by lease first.
