@@ -18,7 +18,11 @@ How a message travels (ARCHITECTURE §5):
 
 Workers heartbeat; a task whose claimant stopped heartbeating is taken over by another worker's sweeper: FAILED
 "worker lost", or run again when the executor declares itself ``idempotent``. A SUBMITTED task nobody claimed for
-``unstarted_after`` seconds (its queue entry was lost, e.g. with a Redis restart) is started by the sweeper.
+``unstarted_after`` seconds (its queue entry was lost, e.g. with a Redis restart) is started by the sweeper. Either
+way the message is re-created from what the store kept of its queue entry (``TaskRecord.request``: written with the
+SUBMITTED row and by each claim), so it runs with the configuration, metadata and extensions it was sent with. A task
+whose execution here ended while the store was unreachable (its claim could not be released) is settled by this
+worker once the store answers again, like a lost worker's: no acknowledged task is left WORKING.
 CancelTask reaches the claimant through a per-worker signal and answers once CANCELED is persisted; a task nobody
 runs is claimed and canceled by the replica that got the request. A repeated ``messageId`` (same tenant, owner and
 task or context) within ``idempotency_window`` gets the original execution's result instead of a second run.
