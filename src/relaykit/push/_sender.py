@@ -13,7 +13,8 @@ A 2xx removes the entry; anything else (or a timeout, default 10 s for the whole
 exponential backoff and jitter, honouring ``Retry-After``, until ``max_attempts`` attempts or ``max_age`` seconds,
 and then the entry becomes a dead letter. Redirects are not followed. The SSRF guard runs again at connect time.
 A restart resumes the outbox's pending entries; with an outbox shared by replicas, each sender also sweeps it every
-third of the lease and takes over the streams of a replica that died (their leases expired). One runner per stream (and a store lease) means two deliveries of
+third of the lease and takes over the streams of a replica that died (their leases expired). One runner per stream
+(and a store lease) means two deliveries of
 the same (task, config) never overlap.
 
 Modules: this one holds ``PushSender`` (and re-exports ``ConfigCache`` and ``DeliveryPolicy``); ``_config_cache``
