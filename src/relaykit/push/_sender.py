@@ -14,8 +14,7 @@ exponential backoff and jitter, honouring ``Retry-After``, until ``max_attempts`
 and then the entry becomes a dead letter. Redirects are not followed. The SSRF guard runs again at connect time.
 A restart resumes the outbox's pending entries; with an outbox shared by replicas, each sender also sweeps it every
 third of the lease and takes over the streams of a replica that died (their leases expired). One runner per stream
-(and a store lease) means two deliveries of
-the same (task, config) never overlap.
+(and a store lease) means two deliveries of the same (task, config) never overlap.
 
 Modules: this one holds ``PushSender`` (and re-exports ``ConfigCache`` and ``DeliveryPolicy``); ``_config_cache``
 the cached view of the push-config store; ``_policy`` ``DeliveryPolicy``.
