@@ -65,10 +65,8 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://{HOST}:{self.port}/0"
 
-    def start(self) -> None:
-        self.starts += 1
-        log = self.log_dir / f"redis-{self.port}-{self.starts}.log"
-        command = [
+    def command(self) -> list[str]:
+        return [
             self.binary,
             "--port",
             str(self.port),
@@ -81,6 +79,11 @@ class RedisServer:
             "--daemonize",
             "no",
         ]
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.log_dir / f"redis-{self.port}-{self.starts}.log"
+        command = self.command()
         with log.open("wb") as out:
             self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=environ())
         deadline = time.monotonic() + REDIS_START

@@ -213,7 +213,9 @@ def assemble(
             signer = PushSigner(push_signing_key, key_ids=push_key_id, issuer=base_url)
         sender = PushSender(
             push_store,
-            push_outbox if push_outbox is not None else open_outbox(task_store),
+            push_outbox
+            if push_outbox is not None
+            else open_outbox(task_store, lease=lease if redis_url is not None else None),
             policy=push_policy,
             events=push_events,
             allow=tuple(push_allow),
@@ -237,6 +239,7 @@ def assemble(
         max_concurrent=max_concurrent,
         max_queued=max_queued,
         max_subscribers=max_subscribers,
+        idempotency_window=idempotency_window,
     )
     if redis_url is not None:
         from relaykit.backends.redis import RedisWorkQueue

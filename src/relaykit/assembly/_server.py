@@ -75,10 +75,13 @@ class A2AServer:
         async with self._lock:
             if self.started:
                 return
-            await self.engine.start()
+            # Recovery after the push sender started: a task failed "server restarted" notifies its webhooks.
+            await self.engine.start(recover=False)
             await self.handler.push_store.start()
             if self.push_sender is not None:
                 await self.push_sender.start()
+            if self.engine.cluster is None:
+                await self.engine.recover()
             if self.retention:
                 self._purger = asyncio.create_task(self._purge_loop(self.retention), name="relaykit-retention")
             self.started = True
@@ -89,12 +92,25 @@ class A2AServer:
         while True:
             try:
                 cutoff = datetime.now(UTC) - timedelta(seconds=retention)
-                removed = await self.engine.store.purge(cutoff)
-                if removed:
-                    log.info("purged %d terminal task(s) older than %s", removed, cutoff.isoformat())
+                removed = await self.purge(cutoff)
+                if any(removed):
+                    log.info(
+                        "purged %d terminal task(s), %d push dead letter(s), %d delivery-health row(s) older than %s",
+                        *removed,
+                        cutoff.isoformat(),
+                    )
             except Exception:
                 log.exception("retention purge failed")
             await asyncio.sleep(min(retention / 10, 3600.0))
+
+    async def purge(self, cutoff: datetime) -> tuple[int, int, int]:
+        """Retention: terminal tasks, push dead letters and idle delivery-health rows older than ``cutoff``; returns
+        how many of each were removed."""
+        tasks = await self.engine.store.purge(cutoff)
+        dead = health = 0
+        if self.push_sender is not None:
+            dead, health = await self.push_sender.outbox.purge(cutoff.timestamp())
+        return tasks, dead, health
 
     async def stop(self) -> None:
         """Drain running executions for the grace period, fail the rest, close stores."""

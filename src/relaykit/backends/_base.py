@@ -13,6 +13,7 @@ Every implementation (memory, SQLite, PostgreSQL; local bus, Redis) passes the s
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -64,6 +65,10 @@ class TaskRecord:
     # The task's ProtoJSON as of this save, when the writer already has it (stores use it instead of encoding
     # again; the engine reuses it for responses). Writers that change the task must reset it.
     body: bytes | None = None
+    # Scale-out: the queued form of the message the task's current execution runs (``WorkItem.request``, a newline,
+    # ``WorkItem.call``), stored with the SUBMITTED row and by each claim, so the entry can be re-created exactly.
+    # Written by ``save`` only when the row is inserted, and by ``claim``; read back by ``claim``.
+    request: bytes | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -113,10 +118,12 @@ class TaskStore(Protocol):
     async def delete(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
         """Remove a task; ``True`` when something was removed."""
 
-    async def fail_orphans(self, reason: str) -> int:
+    async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
         """Mark every SUBMITTED/WORKING task FAILED with ``reason`` as an agent status message; returns the count.
 
-        Called on start: a task left active by a dead process will never be finished by it.
+        Called on start: a task left active by a dead process will never be finished by it. The FAILED status is
+        an event like any other: each task's ``event_seq`` moves on by one (the number the engine publishes it
+        under), and ``failed`` (when given) receives each task as now stored.
         """
 
     async def purge(self, before: datetime) -> int:
@@ -171,7 +178,9 @@ class TaskClaims(Protocol):
     async def retire(self, worker: str) -> None:
         """Forget ``worker``: its claims become claimable at once."""
 
-    async def claim(self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous") -> Claim | None:
+    async def claim(
+        self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous", request: bytes | None = None
+    ) -> Claim | None:
         """Claim the task for ``worker``; ``None`` when it is missing, out of scope or held by another live worker."""
 
     async def release(self, task_id: str, worker: str) -> None:
@@ -357,3 +366,8 @@ class PushOutbox(Protocol):
 
     async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
         """The task's dead letters, oldest first."""
+
+    async def purge(self, before: float) -> tuple[int, int]:
+        """Retention: delete dead letters that died before ``before`` (epoch seconds), and the health rows of
+        streams with nothing pending or dead left whose last attempt is older; returns ``(dead letters, health
+        rows)`` removed."""

@@ -41,8 +41,11 @@ __all__ = ["OutboxWriter", "open_outbox"]
 log = logging.getLogger("relaykit.push")
 
 
-def open_outbox(tasks: TaskStore) -> PushOutbox:
+def open_outbox(tasks: TaskStore, *, lease: float | None = None) -> PushOutbox:
     """The outbox that lives with ``tasks``: the same SQLite file, the same PostgreSQL namespace (and pool), or memory.
+
+    ``lease``: how long a PostgreSQL stream lease outlives its holder (scale-out: the replicas' ``--lease``, so a
+    lost replica's notifications are taken over in the time its tasks are).
 
     Other stores get a memory outbox: delivery then works, but pending notifications do not survive a restart.
     """
@@ -55,7 +58,7 @@ def open_outbox(tasks: TaskStore) -> PushOutbox:
     if postgres is not None and isinstance(tasks, postgres.PostgresTaskStore):
         from relaykit.backends.postgres import PostgresPushOutbox
 
-        return PostgresPushOutbox(tasks)
+        return PostgresPushOutbox(tasks) if lease is None else PostgresPushOutbox(tasks, lease_ttl=lease)
     if not isinstance(tasks, MemoryTaskStore):
         log.warning(
             "%s has no durable push outbox yet: pending push notifications are kept in memory", type(tasks).__name__

@@ -12,8 +12,9 @@ stream's queue (one stream per (task, config)), and one runner per stream delive
 A 2xx removes the entry; anything else (or a timeout, default 10 s for the whole request) is retried with
 exponential backoff and jitter, honouring ``Retry-After``, until ``max_attempts`` attempts or ``max_age`` seconds,
 and then the entry becomes a dead letter. Redirects are not followed. The SSRF guard runs again at connect time.
-A restart resumes the outbox's pending entries. One runner per stream (and a store lease) means two deliveries of
-the same (task, config) never overlap.
+A restart resumes the outbox's pending entries; with an outbox shared by replicas, each sender also sweeps it every
+third of the lease and takes over the streams of a replica that died (their leases expired). One runner per stream
+(and a store lease) means two deliveries of the same (task, config) never overlap.
 
 Modules: this one holds ``PushSender`` (and re-exports ``ConfigCache`` and ``DeliveryPolicy``); ``_config_cache``
 the cached view of the push-config store; ``_policy`` ``DeliveryPolicy``.
@@ -159,6 +160,7 @@ class PushSender:
         self._runner_ids = itertools.count(1)
         # Observability (relaykit.telemetry.Telemetry) or None: a span and traceparent per attempt, outcome counts.
         self.telemetry: Any = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------------------
 
@@ -205,6 +207,32 @@ class PushSender:
         if pending:
             log.info("resuming delivery of %d pending push notification(s)", len(pending))
             self._dispatch(pending)
+        if getattr(self.outbox, "orphaned", None) is not None:
+            self._sweeper = asyncio.create_task(self._sweep_loop(), name="relaykit-push-sweep")
+
+    async def _sweep_loop(self) -> None:
+        """An outbox shared by replicas: take over the streams of a replica that died, within its lease time.
+
+        Every third of the lease, the pending entries no live lease covers (older than one sweep period, so the
+        entries a live sender has just committed and is about to claim are left to it) join this sender's streams;
+        a stream it already runs is left alone. The runner's claim and ``still_pending`` settle any race.
+        """
+        period = max(0.2, float(getattr(self.outbox, "lease_ttl", 30.0)) / 3)
+        orphaned = self.outbox.orphaned  # type: ignore[attr-defined]
+        while not await self._stop_within(period):
+            try:
+                entries = await orphaned(time.time() - period)
+            except Exception as exc:
+                log.warning("push outbox sweep failed: %s", exc)
+                continue
+            taken = [e for e in entries if e.stream not in self._streams]
+            if taken:
+                log.warning(
+                    "taking over %d push notification(s) of %d stream(s) left by a lost replica",
+                    len(taken),
+                    len({e.stream for e in taken}),
+                )
+                self._dispatch(taken)
 
     async def stop(self, drain: float = 1.0) -> None:
         """Commit what is buffered, let deliveries due now run for up to ``drain`` seconds, stop the rest.
@@ -218,6 +246,10 @@ class PushSender:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(writer.flush(), self.flush_timeout)
         self._stopping.set()
+        if self._sweeper is not None:
+            sweeper, self._sweeper = self._sweeper, None
+            sweeper.cancel()
+            await asyncio.gather(sweeper, return_exceptions=True)
         runners = [s.runner for s in self._streams.values() if s.runner is not None]
         if runners:
             _done, late = await asyncio.wait(runners, timeout=drain)

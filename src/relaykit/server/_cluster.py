@@ -18,7 +18,11 @@ How a message travels (ARCHITECTURE §5):
 
 Workers heartbeat; a task whose claimant stopped heartbeating is taken over by another worker's sweeper: FAILED
 "worker lost", or run again when the executor declares itself ``idempotent``. A SUBMITTED task nobody claimed for
-``unstarted_after`` seconds (its queue entry was lost, e.g. with a Redis restart) is started by the sweeper.
+``unstarted_after`` seconds (its queue entry was lost, e.g. with a Redis restart) is started by the sweeper. Either
+way the message is re-created from what the store kept of its queue entry (``TaskRecord.request``: written with the
+SUBMITTED row and by each claim), so it runs with the configuration, metadata and extensions it was sent with. A task
+whose execution here ended while the store was unreachable (its claim could not be released) is settled by this
+worker once the store answers again, like a lost worker's: no acknowledged task is left WORKING.
 CancelTask reaches the claimant through a per-worker signal and answers once CANCELED is persisted; a task nobody
 runs is claimed and canceled by the replica that got the request. A repeated ``messageId`` (same tenant, owner and
 task or context) within ``idempotency_window`` gets the original execution's result instead of a second run.
@@ -51,7 +55,7 @@ from relaykit._types import (
 from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends.redis import RedisWorkQueue, WorkItem
 from relaykit.server._context import CallContext
-from relaykit.server._front import Front, decode_call
+from relaykit.server._front import Front, decode_call, queued, requeued
 
 if TYPE_CHECKING:
     from relaykit.backends.redis import RedisEventBus
@@ -125,6 +129,9 @@ class Cluster(Front):
         # How long a caller waits for its execution's first event before checking that its queue entry still exists.
         self.requeue_after = max(2.0, lease)
         self.held: dict[str, int] = {}  # claimed task id -> claim generation
+        # Tasks whose execution here ended while the store was unreachable (the claim could not be released, the
+        # stored state may still say WORKING): settled once the store answers again (``_settle_owed``).
+        self._owed: dict[str, tuple[str, str]] = {}  # task id -> (tenant, owner)
         self._locks: dict[str, asyncio.Lock] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._intake: list[asyncio.Task[None]] = []
@@ -209,6 +216,8 @@ class Cluster(Front):
                 if not self.alive:
                     log.warning("worker %s reaches the store again", self.id)
                 self.alive = True
+                if self._owed:
+                    await self._settle_owed()
             except Exception as exc:
                 if self.alive:
                     log.warning("worker %s heartbeat failed: %s", self.id, exc)
@@ -222,7 +231,9 @@ class Cluster(Front):
             lock = self._locks[task_id] = asyncio.Lock()
         return lock
 
-    async def _claim(self, task_id: str, tenant: str, owner: str, *, reuse: bool = True) -> Claim | None:
+    async def _claim(
+        self, task_id: str, tenant: str, owner: str, *, reuse: bool = True, request: bytes | None = None
+    ) -> Claim | None:
         """Claim a task for this process. One it already holds is not claimed again: a claim bumps the task's
         version, which would fence off this process's own running execution. ``reuse=False`` (the sweeper): None
         for a task this process holds."""
@@ -239,13 +250,26 @@ class Cluster(Front):
                 # finishing: the next message waits for its end (one execution at a time); a claim now would fence
                 # it off.
                 return None
-            claim: Claim | None = await self.store.claim(task_id, self.id, tenant=tenant, owner=owner)
+            # ``request``: the queue entry being taken, stored with the claim (one statement) for ``_recover``.
+            claim: Claim | None = await self.store.claim(task_id, self.id, tenant=tenant, owner=owner, request=request)
             if claim is not None:
                 self._generation += 1
                 self.held[task_id] = self._generation
             return claim
 
-    async def _release(self, task_id: str) -> None:
+    async def _settle_owed(self) -> None:
+        """The store answers again: each task whose execution here ended during the outage is claimed again (this
+        worker still holds it) and recovered like a lost worker's (FAILED "worker lost", or run again when the
+        executor is idempotent), or just released when its outcome was stored after all."""
+        for task_id, (tenant, owner) in list(self._owed.items()):
+            if task_id in self.engine.registry:
+                continue  # running here again (a later message): its own end releases it
+            claim = await self._claim(task_id, tenant, owner, reuse=False)
+            del self._owed[task_id]
+            if claim is not None:
+                await self._recover(claim)
+
+    async def _release(self, task_id: str, scope: tuple[str, str] | None = None) -> None:
         generation = self.held.get(task_id)
         if generation is None:
             return
@@ -256,9 +280,11 @@ class Cluster(Front):
             try:
                 await self.store.release(task_id, self.id)
             except Exception as exc:
-                # The claim stays until this worker's heartbeat lapses; the sweeper of another worker then finds
-                # the task (not active any more) and lets it be.
+                # The claim stays; once the store answers, the heartbeat loop settles the task (its stored state
+                # may still be WORKING: the write of its outcome may have failed too).
                 log.warning("task %s: could not release the claim: %s", task_id, exc)
+                if scope is not None:
+                    self._owed[task_id] = scope
             self.held.pop(task_id, None)
         if not lock.locked():
             self._locks.pop(task_id, None)
@@ -292,7 +318,7 @@ class Cluster(Front):
     def _on_idle(self, active: ActiveTask) -> None:
         self._capacity.set()
         if active.task_id in self.held:
-            self._spawn(self._release(active.task_id))
+            self._spawn(self._release(active.task_id, (active.tenant, active.owner)))
 
     # --- the worker side -------------------------------------------------------------------------------------
 
@@ -353,7 +379,7 @@ class Cluster(Front):
             if self._intake_stopped:
                 # Shutting down: leave the entry unacknowledged, so another worker gets it.
                 raise ServiceUnavailableError("this worker is stopping")
-            claim = await self._claim(item.task_id, item.tenant, item.owner)
+            claim = await self._claim(item.task_id, item.tenant, item.owner, request=queued(item))
             if claim is not None:
                 return claim
             if await self.store.get(item.task_id, tenant=item.tenant, owner=item.owner) is None:
@@ -467,9 +493,15 @@ class Cluster(Front):
             self._count("a2a.queue.lease_takeovers")
         message = _last_user_message(task)
         unstarted = task.status.state is TaskState.SUBMITTED and len(task.history) == 1
-        call = CallContext(user=record.owner, tenant=record.tenant)
         if message is not None and ((unstarted and claim.previous is None) or self.engine.executor.idempotent):
-            request = SendMessageRequest(tenant=record.tenant, message=message)
+            # The message as it was queued (configuration, metadata, extensions, forwarded headers), when stored.
+            item = requeued(record, fresh=unstarted)
+            if item is not None:
+                request = SendMessageRequest.model_validate_json(item.request)
+                call = decode_call(item.call)
+            else:
+                request = SendMessageRequest(tenant=record.tenant, message=message)
+                call = CallContext(user=record.owner, tenant=record.tenant)
             log.warning(
                 "task %s: %s",
                 task.id,

@@ -28,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator
+from datetime import UTC, datetime
 from typing import Any
 
 from relaykit._errors import ServiceUnavailableError
-from relaykit._types import Message, SendMessageRequest, Task, TaskState
+from relaykit._types import Message, SendMessageRequest, Task, TaskState, TaskStatusUpdateEvent, stream_json
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import EventBus
 from relaykit.backends.memory import LocalEventBus, MemoryTaskStore
@@ -40,6 +42,7 @@ from relaykit.server._active import ActiveTask
 from relaykit.server._context import CallContext
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._readers import EventStream, Readers, StreamItem, copy_task
+from relaykit.server._recent import RecentMessages, Seen
 from relaykit.server._runner import Runner
 from relaykit.telemetry._seam import Telemetry
 
@@ -69,6 +72,7 @@ class TaskEngine(Runner, Readers):
         send_timeout: float | None = None,
         checkpoint_chunks: int = 256,
         checkpoint_seconds: float = 1.0,
+        idempotency_window: float = 600.0,
         on_event: Any = None,
     ) -> None:
         self.executor = executor
@@ -87,6 +91,8 @@ class TaskEngine(Runner, Readers):
         # Observability (relaykit.telemetry): None = off (each hook point is an ``is None`` test).
         self.telemetry: Telemetry | None = None
         self.registry: dict[str, ActiveTask] = {}
+        # A repeated messageId within the window gets the original's outcome (scale-out keeps this in Redis).
+        self.recent = RecentMessages(idempotency_window)
         # Scale-out (``relaykit.server.Cluster``): sends, streams and cancels go through the work queue, and the
         # cluster learns when this process stops running a task (to release its claim).
         self.cluster: Any = None
@@ -109,14 +115,50 @@ class TaskEngine(Runner, Readers):
             # Replicas share the store: a task left active is recovered by lease (the cluster's sweeper), never by
             # a blanket "server restarted" that would fail the tasks other live replicas are running.
             recover = False
-        recovered = await self.store.fail_orphans("server restarted") if recover else 0
-        if recovered:
-            log.warning("marked %d task(s) left active by a previous process as FAILED", recovered)
+        await self._recall_recent()
+        recovered = await self.recover() if recover else 0
         self._accepting = True
         self._started = True
         if self.cluster is not None:
             await self.cluster.start()
         return recovered
+
+    async def recover(self) -> int:
+        """Mark tasks a dead process left active FAILED ("server restarted"); returns how many.
+
+        Like any terminal transition, each FAILED status is persisted, then published under the next event id (a
+        subscriber resuming with its Last-Event-ID gets it; the log is kept, not forgotten at once) and handed to
+        the push hook (``A2AServer.start`` recovers after the push sender started, so the webhook is told).
+        """
+        failed: list[TaskRecord] = []
+        recovered = await self.store.fail_orphans("server restarted", failed=failed)
+        if recovered:
+            log.warning("marked %d task(s) left active by a previous process as FAILED", recovered)
+        for record in failed:
+            task = record.task
+            active = ActiveTask(task.id, task.context_id, record.tenant, record.owner, record)
+            event = TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
+            try:
+                base = await self.bus.prepare(task.id, record.event_seq - 1)
+                await self._publish(active, event, None, terminal=True, base=base)
+            except Exception:
+                log.exception("task %s: could not publish its recovery", task.id)
+        return recovered
+
+    async def _recall_recent(self) -> None:
+        """Refill the idempotency window from the tasks a previous process stored within it (SQLite, PostgreSQL):
+        a client retrying across a restart does not run the agent again."""
+        recent = self.recent
+        first_messages = getattr(self.store, "first_messages", None)
+        if first_messages is None or recent.window <= 0 or self.cluster is not None:
+            return
+        now = time.time()
+        since = datetime.fromtimestamp(now - recent.window, UTC)
+        rows = await first_messages(since, recent.limit)
+        clock = time.monotonic()
+        for tenant, owner, message_id, task_id, context_id, status_us in sorted(rows, key=lambda r: r[5]):
+            at = clock - max(0.0, now - status_us / 1e6)
+            recent.add(tenant, owner, message_id, Seen(task_id, context_id, at=at))
 
     async def shutdown(self, grace: float = 5.0) -> None:
         """Stop accepting, let executions finish for ``grace`` seconds, fail the rest, close everything."""
@@ -170,9 +212,13 @@ class TaskEngine(Runner, Readers):
         without decoding and re-encoding it."""
         if self.cluster is not None:
             return await self.cluster.send(request, call or CallContext())  # type: ignore[no-any-return]
-        pending = await self._admit(request, call or CallContext(), streaming=False)
+        call = call or CallContext()
+        pending = await self._admit(request, call, streaming=False)
         config = request.configuration
-        fut = pending.first if config is not None and config.return_immediately else pending.done
+        immediate = config is not None and config.return_immediately
+        if isinstance(pending, Seen):
+            return await self._repeat(pending, immediate, request.tenant or call.tenant, call)
+        fut = pending.first if immediate else pending.done
         if self.send_timeout is None:
             return await fut
         try:
@@ -184,6 +230,22 @@ class TaskEngine(Runner, Readers):
             if task is None:
                 return await pending.first
             return task.to_json()
+
+    async def _repeat(self, seen: Seen, immediate: bool, tenant: str, call: CallContext) -> bytes | Message:
+        """The outcome of the execution a repeated message started: awaited while it runs, else the task now."""
+        pending = seen.pending
+        if pending is not None:
+            fut = pending.first if immediate and not pending.first.cancelled() else pending.done
+            if not fut.cancelled():
+                if self.send_timeout is None:
+                    return await asyncio.shield(fut)
+                with contextlib.suppress(TimeoutError):
+                    return await asyncio.wait_for(asyncio.shield(fut), self.send_timeout)
+        if seen.error is not None:
+            raise seen.error
+        if seen.reply is not None:
+            return seen.reply
+        return (await self.get_task(seen.task_id, call, tenant=tenant)).to_json()
 
     def stream(self, request: SendMessageRequest, call: CallContext | None = None) -> EventStream:
         """SendStreamingMessage: the events of this message's execution, ending when it ends."""
@@ -198,6 +260,14 @@ class TaskEngine(Runner, Readers):
         self, request: SendMessageRequest, call: CallContext, holder: EventStream
     ) -> AsyncGenerator[StreamItem, None]:
         pending = await self._admit(request, call, streaming=True)
+        if isinstance(pending, Seen):
+            # A repeat: the original execution's outcome, as a stream of one (its events went to the first caller).
+            config = request.configuration
+            immediate = config is not None and config.return_immediately
+            outcome = await self._repeat(pending, immediate, request.tenant or call.tenant, call)
+            event = outcome if isinstance(outcome, Message) else Task.model_validate_json(outcome)
+            yield (0, event, stream_json(event))
+            return
         assert pending.started is not None
         try:
             tap = await pending.started

@@ -27,6 +27,7 @@ from relaykit._model import utc_now
 from relaykit._state import INTERRUPTED, TERMINAL
 from relaykit._types import (
     Message,
+    Role,
     SendMessageRequest,
     Task,
     TaskState,
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from relaykit.backends.redis import RedisEventBus
     from relaykit.server._engine import TaskEngine
 
-__all__ = ["Front", "decode_call", "encode_call"]
+__all__ = ["Front", "decode_call", "encode_call", "queued", "requeued"]
 
 # Headers that carry credentials are not copied into the work queue (workers see the principal, not its secret).
 _PRIVATE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key"})
@@ -77,6 +78,29 @@ def decode_call(data: bytes) -> CallContext:
     )
 
 
+def queued(item: WorkItem) -> bytes:
+    """What the store keeps of a queue entry (``TaskRecord.request``): its request and its call, exactly."""
+    # Neither holds a raw newline: both are compact JSON (a newline inside a string is escaped).
+    return item.request + b"\n" + item.call
+
+
+def requeued(record: TaskRecord, *, fresh: bool) -> WorkItem | None:
+    """The queue entry of the task's current message, re-created from the store: equal to the original (less its
+    entry id). None when the store has none, or it is not the last message of the task (then the caller falls back
+    to that message alone)."""
+    if not record.request:
+        return None
+    request, _, call = record.request.partition(b"\n")
+    try:
+        message_id = SendMessageRequest.model_validate_json(request).message.message_id
+    except ValueError:
+        return None
+    last = next((m for m in reversed(record.task.history) if m.role is Role.USER), None)
+    if last is None or last.message_id != message_id:
+        return None
+    return WorkItem(record.task.id, record.tenant, record.owner, request, call, fresh)
+
+
 class Front:
     """Mixed into ``Cluster``: the accepting side."""
 
@@ -94,8 +118,9 @@ class Front:
     async def _release(self, task_id: str) -> None:
         raise NotImplementedError  # provided by Cluster
 
-    async def _accept(self, request: SendMessageRequest, call: CallContext, task_id: str) -> bool:
-        """Check the message against the stored task; store a new task SUBMITTED. Returns whether it is new."""
+    async def _accept(self, request: SendMessageRequest, call: CallContext, task_id: str) -> tuple[bytes, bytes] | None:
+        """Check the message against the stored task; store a new task SUBMITTED, with the request as queued (so a
+        lost queue entry is re-created exactly). Returns, for a new task, the queued request and call."""
         message = request.message
         tenant = request.tenant or call.tenant
         owner = call.user
@@ -105,7 +130,7 @@ class Front:
                 raise TaskNotFoundError(task_id=message.task_id)
             task = record.task
             accept_continuation(message, task.id, task.context_id, task)
-            return False
+            return None
         message.context_id = message.context_id or new_id()
         message.task_id = task_id
         task = Task(
@@ -114,10 +139,13 @@ class Front:
             status=TaskStatus(state=TaskState.SUBMITTED, timestamp=utc_now()),
             history=[message],
         )
-        await self.store.save(TaskRecord(task, tenant, owner))
+        record = TaskRecord(task, tenant, owner, body=task.to_json())
         # The queued request carries the message as the client sent it (no task id: the task is new).
         message.task_id = ""
-        return True
+        queued_request, queued_call = request.to_json(), encode_call(call)
+        record.request = queued_request + b"\n" + queued_call
+        await self.store.save(record)
+        return queued_request, queued_call
 
     async def _submit(
         self, request: SendMessageRequest, call: CallContext
@@ -142,10 +170,12 @@ class Front:
                 return None, task_id, key, True, original, None
         fresh = False
         try:
-            fresh = await self._accept(request, call, task_id)
+            new = await self._accept(request, call, task_id)
+            fresh = new is not None
             tap, _ = await self.bus.open(task_id, execution=message.message_id)
             try:
-                item = WorkItem(task_id, tenant, owner, request.to_json(), encode_call(call), fresh)
+                encoded = new if new is not None else (request.to_json(), encode_call(call))
+                item = WorkItem(task_id, tenant, owner, *encoded, fresh)
                 if engine.telemetry is not None:
                     item.trace = engine.telemetry.carrier()
                 await self.queue.enqueue(item)

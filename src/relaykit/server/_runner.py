@@ -35,6 +35,7 @@ from relaykit.server._active import ActiveTask, PendingRequest
 from relaykit.server._cancel import Cancellation
 from relaykit.server._context import CallContext, RequestContext
 from relaykit.server._queue import EventQueue
+from relaykit.server._recent import RecentMessages, Seen
 
 __all__ = ["Runner", "accept_continuation"]
 
@@ -85,6 +86,8 @@ class Runner(Cancellation):
     executor_timeout: float | None
     max_concurrent: int
     max_queued: int
+    # The messages admitted within the idempotency window (a repeat gets the original's outcome).
+    recent: RecentMessages
     # Told when this process stops running a task (scale-out: to release its claim).
     on_idle: Any
     _accepting: bool
@@ -93,7 +96,9 @@ class Runner(Cancellation):
 
     # --- admission ---------------------------------------------------------------------------------------
 
-    async def _admit(self, request: SendMessageRequest, call: CallContext, *, streaming: bool) -> PendingRequest:
+    async def _admit(self, request: SendMessageRequest, call: CallContext, *, streaming: bool) -> PendingRequest | Seen:
+        """Queue the message on its task; a repeat of a message admitted within the window is not queued again: its
+        earlier admission is returned instead (``Seen``)."""
         if not self._accepting:
             raise ServiceUnavailableError("server is shutting down; retry against another instance")
         message = request.message
@@ -103,6 +108,9 @@ class Runner(Cancellation):
             )
         tenant = request.tenant or call.tenant
         owner = call.user
+        seen = self.recent.find(tenant, owner, message.message_id, message.task_id, message.context_id)
+        if seen is not None:
+            return seen
         if message.task_id:
             active = self.registry.get(message.task_id)
             if active is None or active.tenant != tenant or active.owner != owner:
@@ -112,7 +120,11 @@ class Runner(Cancellation):
                 active = self.registry.get(message.task_id)
                 if active is None:
                     active = ActiveTask(record.task.id, record.task.context_id, tenant, owner, record)
-            accept_continuation(message, active.task_id, active.context_id, active.task)
+            task = active.task
+            if task is not None and any(m.message_id == message.message_id for m in task.history):
+                # Already in the task (admitted before a restart, or before the window's memory was full).
+                return Seen(task.id, task.context_id)
+            accept_continuation(message, active.task_id, active.context_id, task)
         else:
             context_id = message.context_id or new_id()
             message.context_id = context_id
@@ -121,6 +133,10 @@ class Runner(Cancellation):
         if self.telemetry is not None:
             pending.trace = self.telemetry.capture()
         self._enqueue(active, pending)
+        if self.recent.window > 0:
+            seen = Seen(active.task_id, active.context_id, pending)
+            pending.done.add_done_callback(seen.settle)
+            self.recent.add(tenant, owner, message.message_id, seen)
         return pending
 
     def _enqueue(self, active: ActiveTask, pending: PendingRequest) -> None:

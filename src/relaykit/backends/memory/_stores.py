@@ -42,6 +42,7 @@ class _Row:
         "context_id",
         "event_seq",
         "owner",
+        "request",
         "stamp",
         "state",
         "task_id",
@@ -65,6 +66,7 @@ class _Row:
         self.event_seq = record.event_seq
         # The claimant (TaskClaims): kept across saves, like the PostgreSQL column.
         self.worker = worker
+        self.request = record.request
 
     @property
     def key(self) -> tuple[int, str]:
@@ -116,7 +118,9 @@ class MemoryTaskStore:
             raise ConflictError(f"task {record.task.id} was changed by another writer")
         elif current.tenant != record.tenant or current.owner != record.owner:
             raise ConflictError(f"task {record.task.id} belongs to another scope")
-        self._rows[record.task.id] = _Row(record, record.version + 1, current.worker if current else None)
+        row = self._rows[record.task.id] = _Row(record, record.version + 1, current.worker if current else None)
+        if current is not None:
+            row.request = current.request  # written on insert and by claims only
         record.version += 1
 
     async def list(self, query: TaskQuery) -> ListPage:
@@ -152,15 +156,21 @@ class MemoryTaskStore:
         del self._rows[task_id]
         return True
 
-    async def fail_orphans(self, reason: str) -> int:
+    async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
         count = 0
         for task_id, row in list(self._rows.items()):
             if row.state in _ACTIVE:
                 task = Task.from_json(row.body)
                 task.status = failed_status(reason)
                 task.history.append(task.status.message)  # type: ignore[arg-type]
-                record = TaskRecord(task, row.tenant, row.owner, 0, row.event_seq)
+                record = TaskRecord(task, row.tenant, row.owner, 0, row.event_seq + 1)
                 self._rows[task_id] = _Row(record, row.version + 1, row.worker)
+                if failed is not None:
+                    failed.append(
+                        TaskRecord(
+                            task.model_copy(deep=True), row.tenant, row.owner, row.version + 1, row.event_seq + 1
+                        )
+                    )
                 count += 1
         return count
 
@@ -185,7 +195,9 @@ class MemoryTaskStore:
     async def retire(self, worker: str) -> None:
         self._workers.pop(worker, None)
 
-    async def claim(self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous") -> Claim | None:
+    async def claim(
+        self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous", request: bytes | None = None
+    ) -> Claim | None:
         row = self._row(task_id, tenant, owner)
         if row is None:
             return None
@@ -195,7 +207,11 @@ class MemoryTaskStore:
         # Fencing: the version moves, so a save by the previous holder (read before this claim) conflicts.
         row.worker = worker
         row.version += 1
-        return Claim(TaskRecord(Task.from_json(row.body), row.tenant, row.owner, row.version, row.event_seq), previous)
+        if request is not None:
+            row.request = request
+        record = TaskRecord(Task.from_json(row.body), row.tenant, row.owner, row.version, row.event_seq)
+        record.request = row.request
+        return Claim(record, previous)
 
     async def release(self, task_id: str, worker: str) -> None:
         row = self._rows.get(task_id)
@@ -389,6 +405,25 @@ class MemoryPushOutbox:
                 )
             )
         return out
+
+    async def purge(self, before: float) -> tuple[int, int]:
+        dead = 0
+        for stream, entries in list(self._dead.items()):
+            for event_id in [k for k, e in entries.items() if (e.dead_at or 0.0) < before]:
+                del entries[event_id]
+                dead += 1
+            if not entries:
+                del self._dead[stream]
+        idle = [
+            stream
+            for stream, row in self._health.items()
+            if stream not in self._pending
+            and stream not in self._dead
+            and max(row.last_success or 0.0, row.last_failure or 0.0) < before
+        ]
+        for stream in idle:
+            del self._health[stream]
+        return dead, len(idle)
 
     async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
         out: list[OutboxEntry] = []

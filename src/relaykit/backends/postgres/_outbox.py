@@ -141,6 +141,12 @@ class PostgresPushOutbox(AttachedStore[Database]):
         ns = self._db.namespace
         o, h, lease = f"{ns}_push_outbox", f"{ns}_push_health", f"{ns}_push_leases"
         key = "tenant, owner, task_id, config_id"
+        self._sql_purge_dead = f"DELETE FROM {o} WHERE dead_at IS NOT NULL AND dead_at < $1"
+        self._sql_purge_health = (
+            f"DELETE FROM {h} AS h WHERE GREATEST(COALESCE(h.last_success, 0), COALESCE(h.last_failure, 0)) < $1 "
+            f"AND NOT EXISTS (SELECT 1 FROM {o} AS o WHERE o.tenant = h.tenant AND o.owner = h.owner "
+            "AND o.task_id = h.task_id AND o.config_id = h.config_id)"
+        )
         self._sql_discard = (
             f"DELETE FROM {o} AS o USING unnest($1::text[], $2::text[], $3::text[], $4::text[]) "
             "AS u(tenant, owner, task_id, config_id) WHERE o.tenant = u.tenant AND o.owner = u.owner "
@@ -180,6 +186,13 @@ class PostgresPushOutbox(AttachedStore[Database]):
         self._sql_pending = (
             f"SELECT {_COLUMNS} FROM {o} WHERE dead_at IS NULL "
             "ORDER BY tenant, owner, task_id, config_id, seq, event_id"
+        )
+        # Pending entries of streams no live lease covers (their sender died), older than $1: for the sweep.
+        self._sql_orphaned = (
+            f"SELECT {_COLUMNS} FROM {o} AS o WHERE o.dead_at IS NULL AND o.created_at < $1 AND NOT EXISTS "
+            f"(SELECT 1 FROM {lease} AS l WHERE l.tenant = o.tenant AND l.owner = o.owner AND l.task_id = o.task_id "
+            "AND l.config_id = o.config_id AND l.expires_at > now()) "
+            "ORDER BY o.tenant, o.owner, o.task_id, o.config_id, o.seq, o.event_id LIMIT $2"
         )
         self._sql_still_pending = (
             f"SELECT event_id FROM {o} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND config_id = $4 "
@@ -352,6 +365,16 @@ class PostgresPushOutbox(AttachedStore[Database]):
 
         return [self._entry(row) for row in await self._db.run(job)]
 
+    async def orphaned(self, before: float, limit: int = 1000) -> list[OutboxEntry]:
+        """Pending entries created before ``before`` (epoch seconds) whose stream no live lease covers: the sender
+        that committed them died (its leases expired, or it never claimed them). ``PushSender``'s sweep takes them
+        over, so a crashed replica's notifications go out within the lease time, not at the next replica start."""
+
+        async def job(conn: Any) -> list[Any]:
+            return list(await conn.fetch(self._sql_orphaned, before, limit))
+
+        return [self._entry(row) for row in await self._db.run(job)]
+
     async def still_pending(self, stream: StreamKey) -> set[str]:
         """Event ids of the stream's entries not yet delivered (nor dead): what a sender that has just claimed the
         stream should still deliver of what it holds (another replica may have delivered some since it read them).
@@ -389,6 +412,16 @@ class PostgresPushOutbox(AttachedStore[Database]):
                 health.last_error = str(row[9])
             out.append(health)
         return out
+
+    async def purge(self, before: float) -> tuple[int, int]:
+        async def job(conn: Any) -> tuple[int, int]:
+            async with conn.transaction():
+                dead = await conn.execute(self._sql_purge_dead, before)
+                health = await conn.execute(self._sql_purge_health, before)
+            # asyncpg answers with the command tag ("DELETE n").
+            return int(dead.split()[-1]), int(health.split()[-1])
+
+        return await self._db.run(job)
 
     async def dead_letters(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> list[OutboxEntry]:
         if has_nul(task_id, tenant, owner):

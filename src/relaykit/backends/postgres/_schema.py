@@ -13,7 +13,7 @@ from typing import Any
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_namespace", "lock_key", "migrate"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this relaykit writes; older schemas are migrated on start, newer ones refused."""
 
 _NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}\Z")
@@ -119,6 +119,11 @@ MIGRATIONS: list[list[str]] = [
             expires_at TIMESTAMPTZ NOT NULL,
             CONSTRAINT {ns}_push_leases_pk PRIMARY KEY (tenant, owner, task_id, config_id)
         )""",
+    ],
+    # 4: the queued request of a task's current message (scale-out): the sweeper re-creates a lost queue entry, or
+    # re-runs a lost worker's message, exactly as it was sent (configuration, metadata, extensions). Catalog only.
+    [
+        "ALTER TABLE {ns}_tasks ADD COLUMN request BYTEA",
     ],
 ]
 

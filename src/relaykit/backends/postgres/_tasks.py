@@ -63,8 +63,8 @@ class PostgresTaskStore(AttachedStore[Database]):
         self._table = t
         self._sql_get = f"SELECT body, version, event_seq FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3"
         self._sql_insert = (
-            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING"
+            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING"
         )
         # Scope in the WHERE clause too: a record can never move a task to another tenant or owner.
         self._sql_update = (
@@ -77,9 +77,12 @@ class PostgresTaskStore(AttachedStore[Database]):
             "worker = $11 WHERE id = $1 AND tenant = $2 AND owner = $3 AND version = $10"
         )
         self._sql_delete = f"DELETE FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3"
-        self._sql_active = f"SELECT id, body FROM {t} WHERE state = ANY($1::text[]) FOR UPDATE"
+        self._sql_active = (
+            f"SELECT id, body, tenant, owner, version, event_seq FROM {t} WHERE state = ANY($1::text[]) FOR UPDATE"
+        )
         self._sql_fail = (
-            f"UPDATE {t} AS o SET state = u.state, status_ts = u.status_ts, version = o.version + 1, body = u.body "
+            f"UPDATE {t} AS o SET state = u.state, status_ts = u.status_ts, version = o.version + 1, "
+            "event_seq = o.event_seq + 1, body = u.body "
             "FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[]) AS u(id, state, status_ts, body) "
             "WHERE o.id = u.id"
         )
@@ -94,11 +97,11 @@ class PostgresTaskStore(AttachedStore[Database]):
         # One statement: the subquery locks the row (a concurrent claim waits here, then sees this one's worker),
         # and yields the worker before the claim, which RETURNING (new values only) could not.
         self._sql_claim = (
-            f"UPDATE {t} AS t SET worker = $4, version = t.version + 1 "
+            f"UPDATE {t} AS t SET worker = $4, version = t.version + 1, request = COALESCE($5, t.request) "
             f"FROM (SELECT id, worker FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3 FOR UPDATE) AS p "
             "WHERE t.id = p.id AND (p.worker IS NULL OR p.worker = $4 OR NOT EXISTS "
             f"(SELECT 1 FROM {w} WHERE id = p.worker AND expires_at > now())) "
-            "RETURNING t.body, t.version, t.event_seq, p.worker"
+            "RETURNING t.body, t.version, t.event_seq, p.worker, t.request"
         )
         self._sql_release = f"UPDATE {t} SET worker = NULL WHERE id = $1 AND worker = $2"
         self._sql_claimant = f"SELECT worker FROM {t} WHERE id = $1"
@@ -177,7 +180,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         if version == 0:
 
             async def job(conn: Any) -> str:
-                return str(await conn.execute(self._sql_insert, *args))
+                return str(await conn.execute(self._sql_insert, *args, record.request))
 
             if rowcount(await self._db.run(job)) != 1:
                 raise ConflictError(f"task {task_id} already exists")
@@ -257,7 +260,22 @@ class PostgresTaskStore(AttachedStore[Database]):
 
         return rowcount(await self._db.run(job)) > 0
 
-    async def fail_orphans(self, reason: str) -> int:
+    async def first_messages(self, since: datetime, limit: int) -> builtins.list[tuple[str, str, str, str, str, int]]:
+        """``(tenant, owner, messageId, task id, context id, status time in µs)`` of the message that started each
+        task whose status changed since ``since`` (at most ``limit``): refills the idempotency window on start."""
+        sql = (
+            "SELECT tenant, owner, convert_from(body, 'UTF8')::jsonb #>> '{history,0,messageId}', id, context_id, "
+            f"status_ts FROM {self._table} WHERE state = ANY($1::text[]) AND status_ts >= $2 LIMIT $3"
+        )
+        states = [state.value for state in TaskState]
+
+        async def job(conn: Any) -> builtins.list[Any]:
+            return list(await conn.fetch(sql, states, timestamp_us(since), limit))
+
+        rows = await self._db.run(job)
+        return [(r[0], r[1], r[2], r[3], r[4], int(r[5])) for r in rows if r[2]]
+
+    async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
         # Every active task of the namespace: right while the single-process guard holds (no other process can be
         # running any of them). Replicas sharing the namespace (exclusive=False) must scope this by lease first.
         async def job(conn: Any) -> int:
@@ -272,7 +290,7 @@ class PostgresTaskStore(AttachedStore[Database]):
                 states: list[str] = []
                 stamps: list[int] = []
                 bodies: list[bytes] = []
-                for task_id, body in rows:
+                for task_id, body, tenant, owner, version, event_seq in rows:
                     task = Task.from_json(body)
                     status = failed_status(reason)
                     task.status = status
@@ -283,6 +301,8 @@ class PostgresTaskStore(AttachedStore[Database]):
                     states.append(status.state.value)
                     stamps.append(sort_key(task)[0])
                     bodies.append(task.to_json())
+                    if failed is not None:
+                        failed.append(TaskRecord(task, tenant, owner, int(version) + 1, int(event_seq) + 1))
                 await conn.execute(self._sql_fail, ids, states, stamps, bodies)
                 return len(rows)
 
@@ -319,19 +339,23 @@ class PostgresTaskStore(AttachedStore[Database]):
 
         await self._db.run(job)
 
-    async def claim(self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous") -> Claim | None:
+    async def claim(
+        self, task_id: str, worker: str, *, tenant: str = "", owner: str = "anonymous", request: bytes | None = None
+    ) -> Claim | None:
         if has_nul(worker):
             raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
         if has_nul(task_id, tenant, owner):
             return None
 
         async def job(conn: Any) -> Any:
-            return await conn.fetchrow(self._sql_claim, task_id, tenant, owner, worker)
+            return await conn.fetchrow(self._sql_claim, task_id, tenant, owner, worker, request)
 
         row = await self._db.run(job)
         if row is None:
             return None
-        return Claim(TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]), int(row[2])), row[3])
+        record = TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]), int(row[2]))
+        record.request = row[4]
+        return Claim(record, row[3])
 
     async def release(self, task_id: str, worker: str) -> None:
         if has_nul(task_id, worker):

@@ -182,12 +182,38 @@ class RedisEventBus:
         try:
             await self.client.ping()
             self.connected = True
+            await self._check_persistence()
         except Exception as exc:
             if not is_outage(exc):
                 raise
             # Start anyway: readiness says "not ready" and everything reconnects when Redis is back.
             log.warning("Redis at %s is unreachable (%s); will keep trying", redact_redis(self.url), exc)
         self._reader = asyncio.create_task(self._read_loop(), name="relaykit-redis-reader")
+
+    async def _check_persistence(self) -> None:
+        """Say so when Redis would lose events a client has seen if it crashed: the README's Durability section
+        requires ``appendonly yes`` with ``appendfsync always`` (``everysec``: up to a second of events on a crash).
+        Managed services that refuse CONFIG are left alone."""
+        try:
+            config = await self.client.config_get("append*")
+        except Exception:
+            return
+        aof = str(config.get("appendonly", "")).lower()
+        fsync = str(config.get("appendfsync", "")).lower()
+        if aof != "yes":
+            log.warning(
+                "Redis at %s runs without the AOF (appendonly %s): a Redis restart loses the events not yet "
+                "checkpointed, and resuming clients get a snapshot; set appendonly yes, appendfsync always",
+                redact_redis(self.url),
+                aof or "?",
+            )
+        elif fsync != "always":
+            log.info(
+                "Redis at %s syncs its AOF %s: a Redis crash may lose up to a second of events (a clean restart "
+                "loses none); appendfsync always loses none",
+                redact_redis(self.url),
+                fsync,
+            )
 
     async def close(self) -> None:
         self._closing = True

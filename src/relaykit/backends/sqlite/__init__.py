@@ -6,7 +6,8 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   ``close()``; a second process (or a second store object in this process) on the same file gets
   ``StoreLockedError`` naming the file. The kernel drops the lock when the process dies, so a crash never
   leaves a stale lock behind, and the lock file itself is never deleted (unlinking it would let two owners
-  lock two different inodes). POSIX only.
+  lock two different inodes). The database file itself is flocked too, so the same file reached by another name
+  (a hard link, another mount) is refused as well: the lock is on the file, not its path. POSIX only.
 * **One connection, one thread.** Every statement runs on the store's single worker thread
   (``ThreadPoolExecutor(max_workers=1)``), so calls execute one at a time in the order they were made, the
   connection is never shared between threads, and ``close()`` runs after every call already made.

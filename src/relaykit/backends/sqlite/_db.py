@@ -65,6 +65,7 @@ class Database:
         # Touched only on the worker thread.
         self._conn: sqlite3.Connection | None = None
         self._lock_fd: int | None = None
+        self._file_fd: int | None = None
 
     async def acquire(self) -> None:
         """Open the file for one more user (the first opens it)."""
@@ -150,10 +151,32 @@ class Database:
         except BaseException:
             os.close(fd)
             raise
+        # The lock file is named after the path; the same database reached by another name (a hard link, a bind
+        # mount) has another lock file. So the database file itself is locked too: a flock belongs to the file (its
+        # inode), whatever name opened it. (SQLite locks with fcntl; on Linux the two kinds of lock never meet.)
+        try:
+            file_fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            fcntl.flock(file_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(file_fd)
+            os.close(fd)
+            raise StoreLockedError(
+                f"another relaykit process is already serving {self.path} under another name (a hard link or "
+                "another mount of the same file); stop it or use another --store"
+            ) from None
+        except BaseException:
+            os.close(file_fd)
+            os.close(fd)
+            raise
         # The holder's pid, for the message a refused process prints; informative only, the flock is the lock.
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
         self._lock_fd = fd
+        self._file_fd = file_fd
 
     def _locked_message(self, holder: str) -> str:
         if holder == str(os.getpid()):
@@ -194,11 +217,13 @@ class Database:
     def _close_sync(self) -> None:
         conn, self._conn = self._conn, None
         fd, self._lock_fd = self._lock_fd, None
+        file_fd, self._file_fd = self._file_fd, None
         try:
             if conn is not None:
                 conn.close()
         finally:
             # Released only after the connection is closed: the next owner must find the file quiescent.
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+            for held in (file_fd, fd):
+                if held is not None:
+                    fcntl.flock(held, fcntl.LOCK_UN)
+                    os.close(held)

@@ -35,8 +35,8 @@ class SQLitePushOutbox(AttachedStore[Database]):
             self._db = Database(os.fspath(tasks_or_path), namespace)
         self._started = False
         self._claims: dict[StreamKey, str] = {}
-        o = f"{self._db.namespace}_push_outbox"
-        h = f"{self._db.namespace}_push_health"
+        o = self._outbox_table = f"{self._db.namespace}_push_outbox"
+        h = self._health_table = f"{self._db.namespace}_push_health"
         stream = "tenant = ? AND owner = ? AND task_id = ? AND config_id = ?"
         self._sql_discard = f"DELETE FROM {o} WHERE {stream} AND dead_at IS NULL"
         self._sql_add = (
@@ -189,6 +189,22 @@ class SQLitePushOutbox(AttachedStore[Database]):
                     health.last_error = str(row[7])
                 out.append(health)
             return out
+
+        return await self._db.run(job)
+
+    async def purge(self, before: float) -> tuple[int, int]:
+        o, h = self._outbox_table, self._health_table
+        purge_dead = f"DELETE FROM {o} WHERE dead_at IS NOT NULL AND dead_at < ?"
+        purge_health = (
+            f"DELETE FROM {h} WHERE max(coalesce(last_success, 0), coalesce(last_failure, 0)) < ? AND NOT EXISTS "
+            f"(SELECT 1 FROM {o} WHERE {o}.tenant = {h}.tenant AND {o}.owner = {h}.owner "
+            f"AND {o}.task_id = {h}.task_id AND {o}.config_id = {h}.config_id)"
+        )
+
+        def job(conn: sqlite3.Connection) -> tuple[int, int]:
+            with transaction(conn):
+                dead = conn.execute(purge_dead, (before,)).rowcount
+                return dead, conn.execute(purge_health, (before,)).rowcount
 
         return await self._db.run(job)
 

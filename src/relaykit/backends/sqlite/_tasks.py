@@ -5,6 +5,7 @@ See the package for the invariants (one owner, one thread, durability, ordering)
 
 from __future__ import annotations
 
+import builtins
 import os
 import sqlite3
 from datetime import datetime
@@ -45,8 +46,11 @@ class SQLiteTaskStore(AttachedStore[Database]):
             "WHERE id = ? AND version = ? AND tenant = ? AND owner = ?"
         )
         self._sql_delete = f"DELETE FROM {t} WHERE id = ? AND tenant = ? AND owner = ?"
-        self._sql_active = f"SELECT id, body FROM {t} WHERE state IN (?, ?)"
-        self._sql_fail = f"UPDATE {t} SET state = ?, status_ts = ?, version = version + 1, body = ? WHERE id = ?"
+        self._sql_active = f"SELECT id, body, tenant, owner, version, event_seq FROM {t} WHERE state IN (?, ?)"
+        self._sql_fail = (
+            f"UPDATE {t} SET state = ?, status_ts = ?, version = version + 1, event_seq = event_seq + 1, body = ? "
+            "WHERE id = ?"
+        )
         self._sql_purge = f"DELETE FROM {t} WHERE state IN ({', '.join('?' * len(_TERMINAL))}) AND status_ts < ?"
         self._table = t
 
@@ -145,11 +149,28 @@ class SQLiteTaskStore(AttachedStore[Database]):
 
         return await self._db.run(job)
 
-    async def fail_orphans(self, reason: str) -> int:
+    async def first_messages(self, since: datetime, limit: int) -> builtins.list[tuple[str, str, str, str, str, int]]:
+        """``(tenant, owner, messageId, task id, context id, status time in µs)`` of the message that started each
+        task whose status changed since ``since`` (at most ``limit``): refills the idempotency window on start."""
+        states = tuple(state.value for state in TaskState)
+        # ``state IN (every state)``: the (state, status_ts) index serves the range, no scan of every body.
+        sql = (
+            f"SELECT tenant, owner, json_extract(CAST(body AS TEXT), '$.history[0].messageId'), id, context_id, "
+            f"status_ts FROM {self._table} WHERE state IN ({', '.join('?' * len(states))}) AND status_ts >= ? "
+            "LIMIT ?"
+        )
+
+        def job(conn: sqlite3.Connection) -> builtins.list[tuple[str, str, str, str, str, int]]:
+            rows = conn.execute(sql, (*states, timestamp_us(since), limit)).fetchall()
+            return [(r[0], r[1], r[2], r[3], r[4], int(r[5])) for r in rows if r[2]]
+
+        return await self._db.run(job)
+
+    async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
         def job(conn: sqlite3.Connection) -> int:
             with transaction(conn):
                 rows = conn.execute(self._sql_active, _ACTIVE).fetchall()
-                for task_id, body in rows:
+                for task_id, body, tenant, owner, version, event_seq in rows:
                     task = Task.from_json(body)
                     status = failed_status(reason)
                     task.status = status
@@ -157,6 +178,8 @@ class SQLiteTaskStore(AttachedStore[Database]):
                     if status.message is not None:
                         task.history.append(status.message)
                     conn.execute(self._sql_fail, (status.state.value, sort_key(task)[0], task.to_json(), task_id))
+                    if failed is not None:
+                        failed.append(TaskRecord(task, tenant, owner, int(version) + 1, int(event_seq) + 1))
             return len(rows)
 
         return await self._db.run(job)

@@ -1,0 +1,106 @@
+"""Gap 6 (issue 19): ``--retention`` purges push dead letters and delivery-health rows too, and counts them.
+
+Against each real outbox (memory, a SQLite file, PostgreSQL), then through ``A2AServer.purge`` (what the retention
+loop runs) on a SQLite-backed server: old dead letters and idle health rows go, fresh ones and the health of a stream
+with something pending stay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from relaykit import agent
+from relaykit.assembly import assemble
+from relaykit.backends._base import DeliveryOutcome, OutboxChanges, OutboxEntry, PushOutbox
+from relaykit.backends.memory import MemoryPushOutbox, MemoryTaskStore
+from relaykit.backends.sqlite import SQLitePushOutbox, SQLiteTaskStore
+
+OLD = 1_000_000.0  # epoch seconds, long before the cutoff
+CUTOFF = 2_000_000.0
+NEW = 3_000_000.0
+
+
+def entry(task: str, seq: int, *, config: str = "c") -> OutboxEntry:
+    return OutboxEntry(event_id=f"{task}-{config}-{seq}", task_id=task, config_id=config, seq=seq, body=b"{}")
+
+
+async def fill(outbox: PushOutbox) -> None:
+    """Dead letters of ``old`` (2, died long ago) and ``new`` (1, recent); health rows of ``old`` and ``quiet`` (no
+    attempt since long ago: purged), ``new`` (recent) and ``busy`` (old, but still has a pending entry)."""
+    old = [entry("old", 1), entry("old", 2)]
+    new = [entry("new", 1)]
+    await outbox.commit(OutboxChanges(added=[*old, *new, entry("busy", 1)]))
+    for e in old:
+        e.dead_at = OLD
+    new[0].dead_at = NEW
+    outcomes = [
+        DeliveryOutcome(("", "anonymous", "old", "c"), ok=False, at=OLD, error="HTTP 500"),
+        DeliveryOutcome(("", "anonymous", "quiet", "c"), ok=True, at=OLD),
+        DeliveryOutcome(("", "anonymous", "new", "c"), ok=False, at=NEW, error="HTTP 500"),
+        DeliveryOutcome(("", "anonymous", "busy", "c"), ok=False, at=OLD, error="HTTP 500"),
+    ]
+    await outbox.commit(OutboxChanges(dead=[*old, *new], outcomes=outcomes))
+
+
+async def remaining(outbox: PushOutbox) -> dict[str, tuple[int, int, int]]:
+    """Per task: (health rows, pending, dead letters)."""
+    out = {}
+    for task in ("old", "quiet", "new", "busy"):
+        health = await outbox.health(task)
+        out[task] = (
+            sum(1 for h in health if h.delivered or h.failures),
+            sum(h.pending for h in health),
+            len(await outbox.dead_letters(task)),
+        )
+    return out
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def outbox(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[PushOutbox]:
+    tasks: object
+    if request.param == "memory":
+        tasks, box = MemoryTaskStore(), MemoryPushOutbox()
+    elif request.param == "sqlite":
+        tasks = SQLiteTaskStore(tmp_path / "r.db")
+        box = SQLitePushOutbox(tasks)
+    else:
+        from relaykit.backends.postgres import PostgresPushOutbox, PostgresTaskStore
+
+        url, namespace = request.getfixturevalue("postgres_url"), request.getfixturevalue("pg_namespace")
+        tasks = PostgresTaskStore(url, namespace=namespace)
+        box = PostgresPushOutbox(tasks)
+    await tasks.start()  # type: ignore[attr-defined]
+    await box.start()
+    try:
+        yield box
+    finally:
+        await box.close()
+        await tasks.close()  # type: ignore[attr-defined]
+
+
+async def test_the_outbox_purges_old_dead_letters_and_idle_health(outbox: PushOutbox) -> None:
+    await fill(outbox)
+    assert await remaining(outbox) == {"old": (1, 0, 2), "quiet": (1, 0, 0), "new": (1, 0, 1), "busy": (1, 1, 0)}
+    assert await outbox.purge(CUTOFF) == (2, 2)
+    assert await remaining(outbox) == {"old": (0, 0, 0), "quiet": (0, 0, 0), "new": (1, 0, 1), "busy": (1, 1, 0)}
+    assert await outbox.purge(CUTOFF) == (0, 0)
+
+
+async def test_the_retention_purge_counts_tasks_dead_letters_and_health(tmp_path: Path) -> None:
+    @agent
+    async def echo(context: object) -> str:
+        return "ok"
+
+    server = assemble(echo, store=f"sqlite:///{tmp_path / 'server.db'}")
+    await server.start()
+    try:
+        assert server.push_sender is not None
+        await fill(server.push_sender.outbox)
+        removed = await server.purge(datetime.fromtimestamp(CUTOFF, UTC))
+    finally:
+        await server.stop()
+    assert removed == (0, 2, 2)
