@@ -14,6 +14,10 @@ Rules kept here once:
   ``Cluster`` (and the task store opened ``shared``); any other string but ``memory`` is refused.
 * With push on, config writes go through the ``PushSender``'s cache (the handler's push store *is* that cache), so
   the engine hook never reads the store per event.
+* The card says exactly what is enforced: its ``securitySchemes`` / ``securityRequirements`` are generated from
+  ``auth``, and a card that declares a scheme no configured authenticator verifies refuses to start (``ValueError``).
+  A card passed in already signed is served exactly as given (its security must match ``auth``); otherwise the card
+  is signed last (``card_signing_key``), after its interfaces and security are filled in.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from relaykit._card import (
     AgentSkill,
 )
 from relaykit.assembly._server import A2AServer
+from relaykit.assembly._signing import CardSigner
+from relaykit.auth._gate import Auth
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus
 from relaykit.backends._url import open_push_store, open_store
@@ -47,6 +53,8 @@ from relaykit.server._handler import ExtendedCardProvider, RequestHandler
 
 __all__ = ["DEFAULT_PUBLIC_URL", "assemble", "build_card", "http_interfaces"]
 
+# Where the HTTP app publishes its public keys (push signing, card signing): the card's ``jku``.
+JWKS_PATH = "/.well-known/jwks.json"
 # The base URL of the card (and the push JWT issuer) when none is given: ``relaykit serve``'s default address.
 DEFAULT_PUBLIC_URL = "http://localhost:8000"
 
@@ -70,10 +78,20 @@ def build_card(
     streaming: bool = True,
     push: bool = False,
     extended: bool = False,
+    auth: Auth | None = None,
 ) -> AgentCard:
-    """The served card: the given one (or one derived from the executor) with interfaces and capabilities filled."""
+    """The served card: the given one (or one derived from the executor) with interfaces, capabilities and security
+    filled in; a card that is already signed is served as it is (filling anything in would break its signatures)."""
     if card is None:
         card = getattr(executor, "card", None)
+    if card is not None and card.signatures:
+        declared, enforced = set(card.security_schemes), set(auth.security_schemes() if auth else {})
+        if declared != enforced:
+            raise ValueError(
+                f"the signed card declares security schemes {sorted(declared)} but the server enforces "
+                f"{sorted(enforced)}: sign the card the server builds instead (card_signing_key / --card-key)"
+            )
+        return card
     if card is None:
         name = getattr(executor, "name", None) or type(executor).__name__
         doc = inspect.getdoc(executor.fn if isinstance(executor, FunctionAgent) else type(executor)) or ""
@@ -95,7 +113,27 @@ def build_card(
         extensions=caps.extensions,
         extended_agent_card=True if extended else caps.extended_agent_card,
     )
-    return card.model_copy(update={"supported_interfaces": interfaces, "capabilities": capabilities})
+    update: dict[str, Any] = {"supported_interfaces": interfaces, "capabilities": capabilities}
+    update.update(_security(card, auth))
+    return card.model_copy(update=update)
+
+
+def _security(card: AgentCard, auth: Auth | None) -> dict[str, Any]:
+    """The card's securitySchemes / securityRequirements: what ``auth`` enforces, nothing it does not."""
+    enforced = auth.security_schemes() if auth is not None else {}
+    declared = set(card.security_schemes)
+    for skill in card.skills:
+        for requirement in skill.security_requirements:
+            declared.update(requirement.schemes)
+    unverified = sorted(declared - set(enforced))
+    if unverified:
+        raise ValueError(
+            f"the agent card declares security scheme(s) {', '.join(unverified)} that no configured authenticator "
+            "verifies: configure auth (relaykit.auth.Auth, --auth-jwks, --api-keys, --ssl-ca-certs) or remove them"
+        )
+    if auth is None:
+        return {}
+    return {"security_schemes": enforced, "security_requirements": auth.security_requirements()}
 
 
 def assemble(
@@ -131,6 +169,9 @@ def assemble(
     heartbeat: float | None = None,
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
+    auth: Auth | None = None,
+    card_signing_key: Any = None,
+    card_key_id: str | None = None,
 ) -> A2AServer:
     """The ``A2AServer`` for ``executor``, not yet started: serve it with any binding, or none (a worker).
 
@@ -145,6 +186,10 @@ def assemble(
     The options are ``create_app``'s (see there), less the HTTP ones. ``public_url`` (default ``DEFAULT_PUBLIC_URL``)
     is the base of the card's JSON-RPC and HTTP+JSON interfaces and the push JWT issuer; ``grpc_url`` adds the
     GRPC interface. The default store is ``memory`` (``relaykit serve`` defaults to SQLite).
+
+    ``auth`` (``relaykit.auth.Auth``): who may call, enforced on every binding; the card's security is generated
+    from it. ``card_signing_key`` (PEM private key, bytes or a cryptography key) signs the served card (RFC 8785 +
+    JWS, ``kid`` ``card_key_id`` or the key's JWK thumbprint); its public key joins ``/.well-known/jwks.json``.
     """
     redis_url = bus if isinstance(bus, str) and bus != "memory" else None
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
@@ -213,8 +258,16 @@ def assemble(
         streaming=streaming,
         push=push,
         extended=extended_card is not None,
+        auth=auth,
     )
-    handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card)
+    card_signer = (
+        CardSigner(card_signing_key, kid=card_key_id, jku=base_url.rstrip("/") + JWKS_PATH)
+        if card_signing_key is not None
+        else None
+    )
+    if card_signer is not None:
+        served = card_signer.sign(served)
+    handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card, auth=auth)
     if sender is not None:
         handler.push_url_check = sender.check_config
     server = A2AServer(engine, handler, grace=grace, retention=retention)
@@ -223,4 +276,5 @@ def assemble(
     server.push_sender = sender
     server.push_signer = signer
     server.public_url = public_url
+    server.card_signer = card_signer
     return server

@@ -21,7 +21,7 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from email.utils import formatdate
 from typing import Any
 
@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from relaykit._card import HTTP_JSON, JSONRPC, AgentCard
 from relaykit.assembly._assemble import assemble, build_card, http_interfaces
 from relaykit.assembly._server import A2AServer
+from relaykit.auth._gate import Auth
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus
 from relaykit.http._asgi import Receive, Scope, Send, header, send_bytes
@@ -89,10 +90,20 @@ class _CardEndpoint:
     each base's card is encoded once and the last ``CARD_BASES`` are kept. Otherwise the card is served as built.
     """
 
-    def __init__(self, card: AgentCard, *, follow_request: bool = False, max_age: int = 300) -> None:
+    def __init__(
+        self,
+        card: AgentCard,
+        *,
+        follow_request: bool = False,
+        max_age: int = 300,
+        signer: Callable[[AgentCard], AgentCard] | None = None,
+    ) -> None:
         self.card = card
         self.max_age = max_age
-        self.fixed = None if follow_request else _RenderedCard(card, max_age)
+        # A signed card is served exactly as signed: its URLs cannot follow the request unless we sign each variant.
+        self.signer = signer
+        follow = follow_request and (signer is not None or not card.signatures)
+        self.fixed = None if follow else _RenderedCard(card, max_age)
         self._by_base: dict[str, _RenderedCard] = {}
 
     def _for_base(self, base: str) -> _RenderedCard:
@@ -100,7 +111,12 @@ class _CardEndpoint:
         if rendered is None:
             # The GRPC interface (a host:port of its own) stays as built; only the HTTP ones follow the request.
             others = [i for i in self.card.supported_interfaces if i.protocol_binding not in (JSONRPC, HTTP_JSON)]
-            card = self.card.model_copy(update={"supported_interfaces": [*http_interfaces(base), *others]})
+            update: dict[str, Any] = {"supported_interfaces": [*http_interfaces(base), *others]}
+            if self.signer is not None:
+                update["signatures"] = []
+            card = self.card.model_copy(update=update)
+            if self.signer is not None:
+                card = self.signer(card)
             rendered = _RenderedCard(card, self.max_age)
             if len(self._by_base) >= CARD_BASES:
                 del self._by_base[next(iter(self._by_base))]  # the oldest: a bound, not a policy
@@ -258,17 +274,19 @@ def http_app(server: A2AServer, *, max_body: int = 10 * 1024 * 1024, keepalive: 
     # JSON-RPC first: no other route matches POST / (the REST mount takes it only as a fallback), and _App calls
     # the first route directly for that request.
     rpc_route = Route("/", jsonrpc, methods=["POST"])
-    card = _CardEndpoint(handler.card, follow_request=server.public_url is None)
+    signer = server.card_signer.sign if server.card_signer is not None else None
+    card = _CardEndpoint(handler.card, follow_request=server.public_url is None, signer=signer)
     routes: list[BaseRoute] = [
         rpc_route,
         Route(CARD_PATH, card, methods=["GET", "HEAD"]),
         Route("/healthz", _Health(), methods=["GET", "HEAD"]),
         Route("/readyz", _Ready(server), methods=["GET", "HEAD"]),
     ]
-    if server.push_signer is not None:
-        routes.append(Route(JWKS_PATH, JWKSEndpoint(server.push_signer), methods=["GET", "HEAD"]))
+    jwks = server.jwks()
+    if jwks is not None:
+        routes.append(Route(JWKS_PATH, JWKSEndpoint(jwks), methods=["GET", "HEAD"]))
     if server.push_sender is not None:
-        status = PushStatusEndpoint(server.push_sender, server.engine)
+        status = PushStatusEndpoint(server.push_sender, server.engine, handler.auth)
         routes.append(Route(STATUS_PATH, _Guarded(server, status), methods=["GET"]))
     routes.append(Mount("", app=rest))
     app = _App(routes=routes, lifespan=server.lifespan)
@@ -312,6 +330,9 @@ def create_app(
     heartbeat: float | None = None,
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
+    auth: Auth | None = None,
+    card_signing_key: Any = None,
+    card_key_id: str | None = None,
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root).
 
@@ -346,6 +367,12 @@ def create_app(
     unless ``worker=False``. A worker's claim on a task lapses ``lease`` seconds after its last heartbeat (every
     ``heartbeat`` seconds, default a fifth of the lease); a repeated messageId within ``idempotency_window``
     seconds gets the original result.
+
+    Security: ``auth`` (``relaykit.auth.Auth``) authenticates every operation on every binding (401 +
+    ``WWW-Authenticate`` when refused) and generates the card's ``securitySchemes`` / ``securityRequirements``; the
+    extended card is served to authenticated callers only. ``card_signing_key`` signs the served card (RFC 8785 +
+    JWS; ``card_key_id`` names the key) and publishes its public key at ``/.well-known/jwks.json``. A ``card`` that
+    is already signed is served exactly as given.
     """
     # Every option but the HTTP ones is assemble's, by the same name and default (tests/test_assembly.py checks the
     # two signatures agree), so they are passed on as they came.

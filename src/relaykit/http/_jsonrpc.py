@@ -1,6 +1,7 @@
 """JSON-RPC 2.0 binding (``POST /``), generated from the operation table.
 
-Wire choices (digest §3.3, §9): errors travel with HTTP 200 except a body over the limit (413, per CONTRACT);
+Wire choices (digest §3.3, §9): errors travel with HTTP 200 except a body over the limit (413, per CONTRACT) and
+authentication (401 + ``WWW-Authenticate``) and authorization (403) refusals, which carry the JSON-RPC error body too;
 batches are refused with -32600; a streaming call's errors before the first event are plain JSON-RPC responses,
 later ones an SSE ``event: error`` frame; ``DeleteTaskPushNotificationConfig`` answers ``{}``
 (google.protobuf.Empty; the official SDK sends ``null``, which relaykit's client also accepts).
@@ -29,6 +30,8 @@ from relaykit.http._asgi import (
     Receive,
     Scope,
     Send,
+    auth_headers,
+    authenticate,
     call_context,
     check_json_content_type,
     check_version,
@@ -85,6 +88,8 @@ class JSONRPCBinding:
             except ValueError as exc:
                 raise JSONParseError(f"request body is not valid JSON: {exc}") from None
             rid, method, params = self._envelope(envelope)
+            auth = self.handler.auth
+            principal = await authenticate(scope, auth, "JSONRPC")
             check_version(scope)
             op = OPERATIONS_BY_NAME.get(method)
             if op is None:
@@ -100,7 +105,9 @@ class JSONRPCBinding:
             except ValidationError as exc:
                 raise invalid_params(exc) from None
             tag_request(scope, op.name, request)
-            call = call_context(scope, getattr(request, "tenant", ""))
+            if auth.interceptors:
+                await auth.authorize(op.name, principal, request)
+            call = call_context(scope, getattr(request, "tenant", ""), principal)
             self.handler.negotiate_extensions(call)
             if op.streaming:
                 await self._stream(scope, receive, send, op.name, op.handler, request, call, rid)
@@ -166,9 +173,10 @@ class JSONRPCBinding:
         )
 
     async def _error(self, send: Send, rid: Any, exc: A2AError) -> None:
-        # JSON-RPC reports errors in the body with HTTP 200; the exception is an oversize body (CONTRACT: 413).
-        status = 413 if exc.http_status == 413 else 200
-        await send_bytes(send, status, _error_body(rid, exc), _JSON)
+        # JSON-RPC reports errors in the body with HTTP 200; the exceptions are an oversize body (CONTRACT: 413) and
+        # auth refusals, which clients and proxies must see at the HTTP layer (401 + WWW-Authenticate, 403).
+        status = exc.http_status if exc.http_status in (401, 403, 413) else 200
+        await send_bytes(send, status, _error_body(rid, exc), _JSON, auth_headers(exc))
 
 
 def _result(rid: Any, data: bytes) -> bytes:
