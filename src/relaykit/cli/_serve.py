@@ -13,6 +13,15 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
+from relaykit.cli._security import (
+    add_security_options,
+    any_security_option,
+    grpc_credentials,
+    security_kwargs,
+    tls_on,
+    uvicorn_tls,
+    with_client_certs,
+)
 from relaykit.cli._target import TargetError, load_target
 
 __all__ = ["add_serve_parser", "parse_duration", "run_serve"]
@@ -62,6 +71,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
     p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
     add_cluster_options(p)
+    add_security_options(p)
     p.add_argument(
         "--worker",
         action=argparse.BooleanOptionalAction,
@@ -162,7 +172,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
     bus = _bus_url(args)
     if bus != "memory" and not bus.startswith(("redis://", "rediss://", "unix://")):
         raise TargetError(f"unknown bus {bus!r}: use memory or redis://…")
-    public_url = args.public_url or f"http://localhost:{args.port}"
+    public_url = args.public_url or _default_public_url(args)
     return assemble(
         target,
         store=_store_url(args),
@@ -181,7 +191,12 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
         heartbeat=args.heartbeat,
         idempotency_window=args.idempotency_window,
         **_push_kwargs(args),
+        **security_kwargs(args),
     )
+
+
+def _default_public_url(args: argparse.Namespace) -> str:
+    return f"{'https' if tls_on(args) else 'http'}://localhost:{args.port}"
 
 
 def _app_server(target: Any) -> Any:
@@ -203,6 +218,12 @@ def build_app(args: argparse.Namespace) -> Any:
 
     target = load_target(args.target)
     if _app_server(target) is not None:
+        given = any_security_option(args)
+        if given:
+            raise TargetError(
+                f"{', '.join(given)} cannot change an app made with create_app: pass auth=, extended_card=, "
+                "card_signing_key= to create_app instead"
+            )
         return target
     return http_app(_assemble(target, args), keepalive=args.keepalive)
 
@@ -241,9 +262,12 @@ def run_serve(args: argparse.Namespace) -> int:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=max(1, int(args.grace) + 1),
+        **uvicorn_tls(args),
     )
+    if args.ssl_ca_certs:
+        with_client_certs(config)
     server = _DrainingServer(config, app)
-    public = args.public_url or f"http://localhost:{args.port}"
+    public = args.public_url or _default_public_url(args)
     print(
         f"relaykit: serving {args.target} — agent card at {public.rstrip('/')}/.well-known/agent-card.json", flush=True
     )
@@ -260,7 +284,7 @@ def run_serve(args: argparse.Namespace) -> int:
             # gRPC next to HTTP, on the same A2AServer: one engine, one store, one drain.
             from relaykit.grpc import GrpcServer
 
-            server.grpc = GrpcServer(app, host=args.host, port=args.grpc_port)
+            server.grpc = GrpcServer(app, host=args.host, port=args.grpc_port, credentials=grpc_credentials(args))
             try:
                 await server.grpc.start()
             except (OSError, RuntimeError) as exc:
