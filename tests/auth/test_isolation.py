@@ -56,7 +56,9 @@ async def test_alices_tasks_are_invisible_to_bob(two_callers: tuple[Served, Any,
         done = await alice.send("hello")
         asking = await alice.send("ask")
         slow = await alice.send("slow", return_immediately=True)
-        assert isinstance(done, Task) and isinstance(asking, Task) and isinstance(slow, Task)
+        assert isinstance(done, Task)
+        assert isinstance(asking, Task)
+        assert isinstance(slow, Task)
         assert asking.status.state is TaskState.INPUT_REQUIRED
         await alice.create_push_config(done.id, HOOK, config_id="c1")
 
