@@ -44,6 +44,7 @@ from relaykit.backends._bus import EventBus
 from relaykit.backends._url import open_push_store, open_store
 from relaykit.backends.memory import LocalEventBus
 from relaykit.push._outbox import open_outbox
+from relaykit.push._secrets import SealedPushConfigStore
 from relaykit.push._sender import DeliveryPolicy, PushEvents, PushSender
 from relaykit.push._signing import PushSigner
 from relaykit.server._agent import FunctionAgent
@@ -172,6 +173,7 @@ def assemble(
     auth: Auth | None = None,
     card_signing_key: Any = None,
     card_key_id: str | None = None,
+    push_secrets_key: str | bytes | Sequence[str | bytes] | None = None,
 ) -> A2AServer:
     """The ``A2AServer`` for ``executor``, not yet started: serve it with any binding, or none (a worker).
 
@@ -190,6 +192,7 @@ def assemble(
     ``auth`` (``relaykit.auth.Auth``): who may call, enforced on every binding; the card's security is generated
     from it. ``card_signing_key`` (PEM private key, bytes or a cryptography key) signs the served card (RFC 8785 +
     JWS, ``kid`` ``card_key_id`` or the key's JWK thumbprint); its public key joins ``/.well-known/jwks.json``.
+    ``push_secrets_key`` (a Fernet key, or several: the first seals) encrypts push credentials in the store.
     """
     redis_url = bus if isinstance(bus, str) and bus != "memory" else None
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
@@ -201,6 +204,8 @@ def assemble(
         task_store = store
     if push_store is None:
         push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
+    if push_secrets_key is not None:
+        push_store = SealedPushConfigStore(push_store, push_secrets_key)
     sender: PushSender | None = None
     signer: PushSigner | None = None
     if push:

@@ -4,12 +4,14 @@ Any auth option (``--auth-jwks``, ``--auth-oidc``, ``--api-keys``, ``--ssl-ca-ce
 for every operation except the public card, ``/healthz``, ``/readyz`` and ``/metrics``; the card's security then
 describes exactly those schemes. ``--ssl-certfile``/``--ssl-keyfile`` serve TLS on the HTTP and the gRPC port;
 ``--ssl-ca-certs`` additionally requires a client certificate signed by that CA (the principal is its subject).
+``--push-secrets-key`` encrypts push credentials in the store.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import ssl
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,12 @@ def add_security_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ssl-certfile", metavar="FILE", help="TLS certificate (PEM) for the HTTP and gRPC ports")
     g.add_argument("--ssl-keyfile", metavar="FILE", help="TLS private key (PEM)")
     g.add_argument("--ssl-ca-certs", metavar="FILE", help="require client certificates signed by this CA (mTLS)")
+    g.add_argument(
+        "--push-secrets-key",
+        metavar="FILE",
+        help="encrypt push credentials at rest with the Fernet key(s) in FILE, one a line, the first sealing "
+        "(env RELAYKIT_PUSH_SECRETS_KEY: one key)",
+    )
 
 
 def _given(args: argparse.Namespace, *names: str) -> list[str]:
@@ -99,7 +107,24 @@ def security_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         except OSError as exc:
             raise TargetError(f"--card-key: {exc}") from None
         out["card_key_id"] = args.card_kid
+    keys = _secrets_keys(args)
+    if keys:
+        out["push_secrets_key"] = keys
     return out
+
+
+def _secrets_keys(args: argparse.Namespace) -> list[str]:
+    if getattr(args, "push_secrets_key", None):
+        try:
+            lines = Path(args.push_secrets_key).read_text().splitlines()
+        except OSError as exc:
+            raise TargetError(f"--push-secrets-key: {exc}") from None
+        keys = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        if not keys:
+            raise TargetError(f"--push-secrets-key: {args.push_secrets_key} holds no key")
+        return keys
+    env = os.environ.get("RELAYKIT_PUSH_SECRETS_KEY", "").strip()
+    return [env] if env else []
 
 
 def uvicorn_tls(args: argparse.Namespace) -> dict[str, Any]:

@@ -333,6 +333,7 @@ def create_app(
     auth: Auth | None = None,
     card_signing_key: Any = None,
     card_key_id: str | None = None,
+    push_secrets_key: str | bytes | Sequence[str | bytes] | None = None,
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root).
 
@@ -372,7 +373,8 @@ def create_app(
     ``WWW-Authenticate`` when refused) and generates the card's ``securitySchemes`` / ``securityRequirements``; the
     extended card is served to authenticated callers only. ``card_signing_key`` signs the served card (RFC 8785 +
     JWS; ``card_key_id`` names the key) and publishes its public key at ``/.well-known/jwks.json``. A ``card`` that
-    is already signed is served exactly as given.
+    is already signed is served exactly as given. ``push_secrets_key`` (``relaykit.push.new_secrets_key()``)
+    encrypts push credentials at rest in every store.
     """
     # Every option but the HTTP ones is assemble's, by the same name and default (tests/test_assembly.py checks the
     # two signatures agree), so they are passed on as they came.

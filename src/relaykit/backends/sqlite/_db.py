@@ -120,6 +120,7 @@ class Database:
                         "(relaykit does not create it)"
                     )
                 self._lock()
+                _create_private(self.path)
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
             self._conn = conn
             # busy_timeout first, so the statements below wait for an outside reader instead of failing.
@@ -140,7 +141,7 @@ class Database:
     def _lock(self) -> None:
         # The lock is taken before the database is opened, so a refused second process never touches the file
         # (not even to migrate it). O_CLOEXEC: a program this process execs must not inherit the lock.
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -202,3 +203,13 @@ class Database:
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
+
+
+def _create_private(path: str) -> None:
+    """Create the database file readable by its owner only (0600), unless it exists: it holds task content and push
+    credentials. SQLite gives the -wal and -shm files it makes the database file's permissions."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
