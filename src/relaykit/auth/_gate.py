@@ -123,11 +123,6 @@ class Auth:
         self.required = required and bool(authenticators)
         self.interceptors = tuple(interceptors)
 
-    @property
-    def enabled(self) -> bool:
-        """Whether anything is configured (a server without it runs anonymous, as without auth)."""
-        return bool(self.authenticators) or bool(self.interceptors)
-
     def challenges(self) -> list[str]:
         """The ``WWW-Authenticate`` values of a 401, one per scheme."""
         return [a.challenge for a in self.authenticators if a.challenge]
