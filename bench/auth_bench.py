@@ -86,10 +86,8 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _load(url: str, token: str | None, concurrency: int, duration: float) -> int:
+async def _load(url: str, tokens: list[str] | None, concurrency: int, duration: float) -> int:
     headers = {"A2A-Version": "1.0"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
     done = 0
     stop = time.monotonic() + duration
 
@@ -99,7 +97,8 @@ async def _load(url: str, token: str | None, concurrency: int, duration: float) 
             while time.monotonic() < stop:
                 message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "hi"}]}
                 body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
-                answer = await http.post("/", json=body)
+                extra = {"Authorization": f"Bearer {tokens[done % len(tokens)]}"} if tokens else None
+                answer = await http.post("/", json=body, headers=extra)
                 if answer.status_code != 200 or "error" in answer.json():
                     raise RuntimeError(f"request failed: {answer.status_code} {answer.text[:200]}")
                 done += 1
@@ -108,10 +107,10 @@ async def _load(url: str, token: str | None, concurrency: int, duration: float) 
     return done
 
 
-def _phase(proc: subprocess.Popen[bytes], url: str, token: str | None, args: argparse.Namespace) -> float:
-    asyncio.run(_load(url, token, args.concurrency, args.warmup))
+def _phase(proc: subprocess.Popen[bytes], url: str, tokens: list[str] | None, args: argparse.Namespace) -> float:
+    asyncio.run(_load(url, tokens, args.concurrency, args.warmup))
     before = _cpu_seconds(proc.pid)
-    count = asyncio.run(_load(url, token, args.concurrency, args.duration))
+    count = asyncio.run(_load(url, tokens, args.concurrency, args.duration))
     return (_cpu_seconds(proc.pid) - before) / count * 1e6
 
 
@@ -121,28 +120,53 @@ def main() -> None:
     p.add_argument("--duration", type=float, default=5.0)
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument(
+        "--distinct-tokens",
+        type=int,
+        default=0,
+        help="also measure N distinct tokens cycled (more than the server's verified-token cache holds: every "
+        "request pays a signature check)",
+    )
     args = p.parse_args()
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     jwks_server, idp = _serve_jwks(key)
     now = int(time.time())
     claims = {"iss": idp, "aud": AUDIENCE, "sub": "bench", "iat": now, "exp": now + 3600}
     token = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "bench"})
+    distinct = [
+        jwt.encode({**claims, "jti": str(n)}, key, algorithm="RS256", headers={"kid": "bench"})
+        for n in range(args.distinct_tokens)
+    ]
     off, off_url = _start([])
     on, on_url = _start(["--auth-jwks", idp + "/jwks.json", "--auth-issuer", idp, "--auth-audience", AUDIENCE])
-    results: dict[str, list[float]] = {"off": [], "on": []}
+    results: dict[str, list[float]] = {"off": [], "on": [], "distinct": []}
     try:
         for n in range(args.rounds):
             results["off"].append(_phase(off, off_url, None, args))
-            results["on"].append(_phase(on, on_url, token, args))
-            print(f"round {n + 1}: off {results['off'][-1]:.0f} us/req, on {results['on'][-1]:.0f} us/req", flush=True)
+            results["on"].append(_phase(on, on_url, [token], args))
+            line = f"round {n + 1}: off {results['off'][-1]:.0f} us/req, on {results['on'][-1]:.0f} us/req"
+            if distinct:
+                results["distinct"].append(_phase(on, on_url, distinct, args))
+                line += f", on with distinct tokens {results['distinct'][-1]:.0f} us/req"
+            print(line, flush=True)
     finally:
         for proc in (off, on):
             proc.terminate()
             proc.wait(10)
         jwks_server.shutdown()
     off_median, on_median = statistics.median(results["off"]), statistics.median(results["on"])
-    print(f"| SendMessage server CPU us/req (c={args.concurrency}) | {off_median:.0f} | {on_median:.0f} | "
-          f"{on_median / off_median:.2f}x |")
+    print("| metric | JWT off | JWT on | on/off |")
+    print("|---|---|---|---|")
+    print(
+        f"| SendMessage server CPU us/req (c={args.concurrency}, one token per client) | {off_median:.0f} | "
+        f"{on_median:.0f} | {on_median / off_median:.2f}x |"
+    )
+    if distinct:
+        worst = statistics.median(results["distinct"])
+        print(
+            f"| the same, {len(distinct)} distinct tokens cycled (a signature check per request) | {off_median:.0f} | "
+            f"{worst:.0f} | {worst / off_median:.2f}x |"
+        )
 
 
 if __name__ == "__main__":
