@@ -24,6 +24,7 @@ from relaykit.types import (
     AgentCard,
     AgentExtension,
     AgentSkill,
+    MutualTlsSecurityScheme,
     SecurityRequirement,
     SecurityScheme,
     StringList,
@@ -116,6 +117,17 @@ CARDS = {
     "auth on": _card(
         security_schemes={"bearer": SecurityScheme.bearer("JWT")},
         security_requirements=[SecurityRequirement(schemes={"bearer": StringList()})],
+    ),
+    # An mTLS scheme has no fields: {"mtlsSecurityScheme":{}} is empty, and the SDKs drop it from their payloads.
+    "api key or mtls": _card(
+        security_schemes={
+            "apiKey": SecurityScheme.api_key("X-API-Key"),
+            "mtls": SecurityScheme(mtls_security_scheme=MutualTlsSecurityScheme()),
+        },
+        security_requirements=[
+            SecurityRequirement(schemes={"apiKey": StringList()}),
+            SecurityRequirement(schemes={"mtls": StringList()}),
+        ],
     ),
 }
 
