@@ -9,6 +9,7 @@ lifespan fetches the keys while the test's loop may be busy starting it). Its ke
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -30,7 +31,6 @@ from relaykit.grpc import GrpcServer
 from relaykit.http import create_app
 
 HOST = "127.0.0.1"
-ISSUER_PATH = ""
 AUDIENCE = "relaykit-tests"
 BINDINGS = ["JSONRPC", "HTTP+JSON", "GRPC"]
 T = 20.0
@@ -185,8 +185,6 @@ async def agent() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
 
             with_client_certs(config)
         server = uvicorn.Server(config)
-        import asyncio
-
         task = asyncio.create_task(server.serve(sockets=[sock]))
         grpc_server = GrpcServer(app, host=HOST, port=grpc_port, credentials=grpc_credentials)
         await grpc_server.start()

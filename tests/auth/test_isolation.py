@@ -197,3 +197,28 @@ async def test_a_user_without_identity_is_refused_not_a_500(behind_middleware: A
         )
     assert answer.status_code == 401
     assert answer.json()["error"]["data"][0]["reason"] == "UNAUTHENTICATED"
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.parametrize("binding", ["JSONRPC", "GRPC"])
+async def test_isolation_in_scale_out_mode(
+    agent: Callable[..., Any], postgres_url: str, redis_url: str, cluster_namespace: str, binding: str
+) -> None:
+    # Work goes through the Redis queue to a worker: the owner travels with it, and the executor sees the principal.
+    keys = APIKeyAuthenticator({"alice": "alice-key", "bob": "bob-key"})
+    served = await agent(whoami, auth=Auth(keys), store=postgres_url, bus=redis_url, namespace=cluster_namespace)
+    async with asyncio.timeout(T):
+        alice = await served.client(binding, APIKeyAuth("alice-key"))
+        bob = await served.client(binding, APIKeyAuth("bob-key"))
+        task = await alice.send("hello")
+        assert isinstance(task, Task)
+        assert task.artifacts[0].parts[0].text == "api-key:alice|hello"
+        slow = await alice.send("slow", return_immediately=True)
+        assert isinstance(slow, Task)
+        with pytest.raises(TaskNotFoundError):
+            await bob.get_task(task.id)
+        with pytest.raises(TaskNotFoundError):
+            await bob.cancel(slow.id)
+        assert [t async for t in bob.list_tasks()] == []
+        assert (await alice.cancel(slow.id)).status.state is TaskState.CANCELED

@@ -130,7 +130,7 @@ class Auth:
     def unauthenticated(self, message: str) -> AuthenticationRequiredError:
         """The error a refused request gets, with the challenges."""
         error = AuthenticationRequiredError(message)
-        error.challenges = self.challenges()  # type: ignore[attr-defined]
+        error.challenges = tuple(self.challenges())
         return error
 
     async def authenticate(self, request: AuthRequest) -> Principal:
