@@ -12,7 +12,7 @@ from relaykit import agent
 from relaykit.assembly import A2AServer, assemble
 from relaykit.http import create_app
 
-HTTP_ONLY = {"max_body", "keepalive"}
+HTTP_ONLY = {"max_body", "keepalive", "inspector"}
 
 
 @agent

@@ -17,6 +17,8 @@ PUBLIC = [
     "relaykit.testing",
     "relaykit.client",
     "relaykit.push",
+    "relaykit.adapters",
+    "relaykit.inspector",
 ]
 
 

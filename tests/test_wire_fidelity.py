@@ -525,7 +525,6 @@ CARD_ALWAYS: dict[str, Any] = {
 LIST_TASKS_ALWAYS: dict[str, Any] = {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
 
 
-
 def agent_card_full(protocol_version: str) -> Pair:
     return build(
         "AgentCard",

@@ -23,7 +23,8 @@
     └── client side: A2AClientError
         ├── A2AConnectionError, A2ATimeoutError, A2AReconnectError, A2AInvalidCardError
         └── A2ATaskOutcomeError (carries the final Task)
-            ├── A2ATaskFailedError, A2ATaskRejectedError, A2ATaskAuthRequiredError
+            ├── A2ATaskFailedError, A2ATaskRejectedError
+            └── A2ATaskAuthRequiredError, A2ATaskInputRequiredError (interrupted, and nothing answered)
 
 The A2A rows are spec v1.0.1 §5.4 (digest §6.1); the standard JSON-RPC rows follow a2a-sdk's REST/gRPC mapping
 (digest §6.2). The spec reserves no JSON-RPC code for the generic categories (auth, overload, outage), so they use the
@@ -47,6 +48,7 @@ __all__ = [
     "A2AReconnectError",
     "A2ATaskAuthRequiredError",
     "A2ATaskFailedError",
+    "A2ATaskInputRequiredError",
     "A2ATaskOutcomeError",
     "A2ATaskRejectedError",
     "A2ATimeoutError",
@@ -363,6 +365,10 @@ class A2ATaskRejectedError(A2ATaskOutcomeError):
 
 class A2ATaskAuthRequiredError(A2ATaskOutcomeError):
     """The task paused in AUTH_REQUIRED and no handler resolved it."""
+
+
+class A2ATaskInputRequiredError(A2ATaskOutcomeError):
+    """The task paused in INPUT_REQUIRED and no ``on_input_required`` handler answered it."""
 
 
 # --- decoding wire errors back into classes ----------------------------------------------------------------

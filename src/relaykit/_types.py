@@ -15,6 +15,7 @@ import os
 from enum import StrEnum
 from typing import Annotated, Any, Self, cast
 
+import pydantic_core
 from pydantic import Field, GetCoreSchemaHandler, PlainSerializer, field_validator, model_serializer, model_validator
 from pydantic_core import CoreSchema, core_schema
 
@@ -536,9 +537,25 @@ class TaskPushNotificationConfig(A2AModel):
     url: str
     token: str = ""
     authentication: AuthenticationInfo | None = None
+    # Not on the wire: the protocol version the config was registered with ("" = 1.0; "0.3": its webhook receives
+    # the task in the 0.3 shape). Stores keep it (``to_record``); no binding ever encodes it for a client.
+    protocol_version: str = Field(default="", exclude=True, alias="relaykitProtocolVersion")
+
+    def to_record(self) -> bytes:
+        """The JSON a store keeps: the wire JSON plus the registration's protocol version, when not 1.0."""
+        data = self.to_json()
+        if not self.protocol_version:
+            return data
+        return data[:-1] + b',"relaykitProtocolVersion":' + pydantic_core.to_json(self.protocol_version) + b"}"
 
 
 # --- requests ----------------------------------------------------------------------------------------------
+
+
+# The range checks below are field validators (their messages name the rule); these tell JSON Schema (the OpenAPI
+# description, relaykit._openapi) the same ranges.
+_AT_LEAST_0: dict[str, Any] = {"minimum": 0}
+_PAGE_SIZE: dict[str, Any] = {"minimum": 1, "maximum": 100}
 
 
 def _non_negative(value: int | None) -> int | None:
@@ -552,7 +569,7 @@ class SendMessageConfiguration(A2AModel):
 
     accepted_output_modes: list[str] = Field(default_factory=list)
     task_push_notification_config: TaskPushNotificationConfig | None = None
-    history_length: int | None = None
+    history_length: int | None = Field(default=None, json_schema_extra=_AT_LEAST_0)
     return_immediately: bool = False
 
     _history = field_validator("history_length")(_non_negative)
@@ -572,7 +589,7 @@ class GetTaskRequest(A2AModel):
 
     tenant: str = ""
     id: str
-    history_length: int | None = None
+    history_length: int | None = Field(default=None, json_schema_extra=_AT_LEAST_0)
 
     _history = field_validator("history_length")(_non_negative)
 
@@ -583,9 +600,9 @@ class ListTasksRequest(A2AModel):
     tenant: str = ""
     context_id: str = ""
     status: TaskState = TaskState.UNSPECIFIED
-    page_size: int | None = None
+    page_size: int | None = Field(default=None, json_schema_extra=_PAGE_SIZE)
     page_token: str = ""
-    history_length: int | None = None
+    history_length: int | None = Field(default=None, json_schema_extra=_AT_LEAST_0)
     status_timestamp_after: Timestamp | None = None
     include_artifacts: bool | None = None
 
@@ -655,7 +672,7 @@ class ListTaskPushNotificationConfigsRequest(A2AModel):
 
     tenant: str = ""
     task_id: str
-    page_size: int = 0
+    page_size: int = Field(default=0, json_schema_extra=_AT_LEAST_0)
     page_token: str = ""
 
     _page_size = field_validator("page_size")(_non_negative)

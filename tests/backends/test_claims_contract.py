@@ -265,6 +265,52 @@ async def test_release_only_by_the_holder(store: ClaimingStore) -> None:
     assert claim.previous is None
 
 
+async def test_save_claimed_moves_the_claim_with_the_write(store: ClaimingStore) -> None:
+    await insert(store, "t1")
+    await store.heartbeat("w1", LONG_TTL)
+    await store.heartbeat("w2", LONG_TTL)
+    record = (await claimed(store, "t1", "w1")).record
+
+    # The write that stores the outcome releases the claim: one write, no window in which the task is stored
+    # interrupted and still claimed.
+    record.task.status = TaskStatus(state=TaskState.INPUT_REQUIRED, timestamp=now())
+    record.body = None
+    await store.save_claimed(record, None)
+    got = await store.get("t1")
+    assert got is not None
+    assert got.task.status.state is TaskState.INPUT_REQUIRED
+    assert got.version == record.version
+    assert await store.claimant("t1") is None
+
+    # Nobody claimed it since: the same writer takes the claim back with its next write.
+    record.task.status = TaskStatus(state=TaskState.WORKING, timestamp=now())
+    record.body = None
+    await store.save_claimed(record, "w1")
+    assert await store.claimant("t1") == "w1"
+    assert await version_of(store, "t1") == record.version
+
+    # Once another worker claimed it, that writer is fenced off: nothing changes, the new claim included.
+    await store.save_claimed(record, None)
+    other = await claimed(store, "t1", "w2")
+    assert other.previous is None
+    record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=now())
+    record.body = None
+    with pytest.raises(ConflictError):
+        await store.save_claimed(record, "w1")
+    with pytest.raises(ConflictError):
+        await store.save_claimed(record, None)
+    assert await store.claimant("t1") == "w2"
+    got = await store.get("t1")
+    assert got is not None
+    assert got.task.status.state is TaskState.WORKING
+    assert got.version == other.record.version
+
+    # A claimed task is stored already: never an insert.
+    with pytest.raises(ValueError, match="never inserts"):
+        await store.save_claimed(TaskRecord(make_task("t2")), None)
+    assert await store.get("t2") is None
+
+
 # --- scope ------------------------------------------------------------------------------------------------------
 
 

@@ -373,7 +373,7 @@ async def test_a_second_relaykit_serve_is_refused(postgres_url: str, pg_namespac
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-    assert proc.returncode == 1, stderr.decode()
+    assert proc.returncode == 2, stderr.decode()  # a refused start is a usage-class error: one line, exit 2
     text = stderr.decode()
     assert "another relaykit process is using this PostgreSQL store" in text
     assert "--bus redis://" in text

@@ -23,10 +23,11 @@ from relaykit import (
     TaskState,
     TaskStatusUpdateEvent,
 )
-from relaykit.client import A2ATaskInputRequiredError, APIKeyAuth, Client, JSONRPCTransport, RESTTransport
+from relaykit.client import APIKeyAuth, Client, JSONRPCTransport, RESTTransport
 from relaykit.errors import (
     A2ATaskAuthRequiredError,
     A2ATaskFailedError,
+    A2ATaskInputRequiredError,
     A2ATaskRejectedError,
     InvalidParamsError,
     TaskNotCancelableError,

@@ -32,7 +32,7 @@ from cluster.client import (
     text_of,
     wait_for_state,
 )
-from cluster.deploy import Deploy, Deployment
+from cluster.deploy import LEASE, Deploy, Deployment
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(90)]
 
@@ -253,6 +253,29 @@ async def test_input_required_continuation_on_another_replica(deploy: Deploy, ht
             f"{url}/message:send", json=message("again", task_id=task_id), headers={"A2A-Version": "1.0"}
         )
         assert response.status_code == 400, response.text
+
+
+async def test_a_continuation_sent_at_once_to_another_replica_runs_at_once(
+    deploy: Deploy, http: httpx.AsyncClient
+) -> None:
+    # The client answers the moment the blocking SendMessage returns INPUT_REQUIRED, on another replica, with no wait
+    # in between. The execution that asked holds no claim any more (released by the very write that stored
+    # INPUT_REQUIRED), so whichever worker takes the answer runs it at once, well within the lease, and the agent sees
+    # it. Several turns: the window this guards (a claim still held after the answer) was a few milliseconds wide.
+    d = deploy("examples/ask.py", 3)
+    loop = asyncio.get_running_loop()
+    for turn in range(10):
+        asked = (await send(http, d.urls[turn % 3], message("hello")))["task"]
+        assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
+        name = f"Ada-{turn}"
+        started = loop.time()
+        done = (await send(http, d.urls[(turn + 1) % 3], message(name, task_id=asked["id"])))["task"]
+        took = loop.time() - started
+        assert done["status"]["state"] == "TASK_STATE_COMPLETED", (turn, done["status"])
+        assert any(name in text for text in artifact_texts(done)), (turn, done)
+        assert took < LEASE / 2, f"turn {turn}: the answer took {took:.2f} s"
+        # Nor does a finished task hold a claim once its answer is out.
+        assert await d.claimant(asked["id"]) is None, turn
 
 
 async def test_get_and_list_from_any_replica(shared_deployment: Deployment, http: httpx.AsyncClient) -> None:

@@ -39,7 +39,7 @@ def test_checked_in_code_is_what_gen_proto_makes(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    for name in ("a2a_pb2.py", "a2a_pb2.pyi"):
+    for name in ("a2a_pb2.py", "a2a_pb2.pyi", "a2a_v0_3_pb2.py", "a2a_v0_3_pb2.pyi"):
         fresh = (tmp_path / name).read_bytes()
         checked_in = (GENERATED / name).read_bytes()
         assert fresh == checked_in, f"src/relaykit/_grpc_gen/{name} is stale: run scripts/gen-proto"

@@ -50,7 +50,9 @@ async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str | None
 async def test_card_lists_grpc_at_localhost_after_http(served: ServerProcess) -> None:
     async with httpx.AsyncClient(timeout=TIMEOUT) as http:
         card = (await http.get(f"{served.url}/.well-known/agent-card.json")).json()
-    interfaces = [(i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]]
+    interfaces = [
+        (i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"] if i["protocolVersion"] == "1.0"
+    ]
     assert interfaces == [
         ("JSONRPC", f"http://localhost:{served.port}/"),
         ("HTTP+JSON", f"http://localhost:{served.port}"),
@@ -150,5 +152,6 @@ def test_grpc_port_in_use_is_a_clear_error(served: ServerProcess) -> None:
     command = [sys.executable, "-m", "relaykit.cli", "serve", TARGET, "--host", "127.0.0.1", "--port", str(http_port)]
     command += ["--grpc-port", str(served.grpc_port), "--store", "memory"]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30, check=False)
-    assert result.returncode == 1
+    assert result.returncode == 2  # like the HTTP port: a start-up refusal, one line
     assert f"cannot serve gRPC on 127.0.0.1:{served.grpc_port}" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr

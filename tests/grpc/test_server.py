@@ -282,7 +282,14 @@ async def test_health_and_reflection(grpc_agent: Callable[..., Any]) -> None:
 
         listed = await ask(list_services="")
         names = {s.name for s in listed.list_services_response.service}
-        assert names == {SERVICE_NAME, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}
+        # The A2A 0.3 service (a2a.v1.A2AService) is served beside 1.0 by default (issue 12).
+        expected = {
+            SERVICE_NAME,
+            "a2a.v1.A2AService",
+            "grpc.health.v1.Health",
+            "grpc.reflection.v1alpha.ServerReflection",
+        }
+        assert names == expected
         for symbol in names:
             found = await ask(file_containing_symbol=symbol)
             assert found.WhichOneof("message_response") == "file_descriptor_response", symbol

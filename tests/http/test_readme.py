@@ -41,7 +41,10 @@ def echo_url(relaykit_server: Callable[..., str]) -> str:
 def test_card(echo_url: str) -> None:
     card = json.loads(_run(_curl_lines()[0], echo_url))
     assert card["name"] == "echo"
-    assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == ["JSONRPC", "HTTP+JSON"]
+    assert [i["protocolBinding"] for i in card["supportedInterfaces"] if i["protocolVersion"] == "1.0"] == [
+        "JSONRPC",
+        "HTTP+JSON",
+    ]
 
 
 def test_jsonrpc_send(echo_url: str) -> None:

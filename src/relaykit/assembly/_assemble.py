@@ -36,6 +36,7 @@ from relaykit._card import (
     AgentInterface,
     AgentSkill,
 )
+from relaykit._v03 import VERSION as V03
 from relaykit.assembly._server import A2AServer
 from relaykit.assembly._signing import CardSigner
 from relaykit.auth._gate import Auth
@@ -52,7 +53,18 @@ from relaykit.server._engine import TaskEngine
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._handler import ExtendedCardProvider, RequestHandler
 
-__all__ = ["DEFAULT_PUBLIC_URL", "assemble", "build_card", "http_interfaces"]
+__all__ = [
+    "DEFAULT_PUBLIC_URL",
+    "PROTOCOLS",
+    "assemble",
+    "build_card",
+    "http_interfaces",
+    "parse_protocols",
+    "served_interfaces",
+]
+
+# The A2A versions relaykit speaks, in the card's order; both are served unless told otherwise.
+PROTOCOLS: tuple[str, ...] = (PROTOCOL_VERSION, V03)
 
 # Where the HTTP app publishes its public keys (push signing, card signing): the card's ``jku``.
 JWKS_PATH = "/.well-known/jwks.json"
@@ -60,14 +72,38 @@ JWKS_PATH = "/.well-known/jwks.json"
 DEFAULT_PUBLIC_URL = "http://localhost:8000"
 
 
-def http_interfaces(public_url: str) -> list[AgentInterface]:
+def http_interfaces(public_url: str, version: str = PROTOCOL_VERSION) -> list[AgentInterface]:
     """The card's JSON-RPC and HTTP+JSON interfaces for an app whose routes are at ``public_url``."""
     base = public_url.rstrip("/")
-    # CONTRACT: JSON-RPC at {public-url}/, HTTP+JSON at {public-url} (routes at the root).
+    # CONTRACT: JSON-RPC at {public-url}/, HTTP+JSON at {public-url} (routes at the root; 0.3's under /v1/ there).
     return [
-        AgentInterface(url=base + "/", protocol_binding=JSONRPC, protocol_version=PROTOCOL_VERSION),
-        AgentInterface(url=base, protocol_binding=HTTP_JSON, protocol_version=PROTOCOL_VERSION),
+        AgentInterface(url=base + "/", protocol_binding=JSONRPC, protocol_version=version),
+        AgentInterface(url=base, protocol_binding=HTTP_JSON, protocol_version=version),
     ]
+
+
+def served_interfaces(public_url: str, grpc_url: str | None, protocols: Sequence[str]) -> list[AgentInterface]:
+    """Every interface of the card: per protocol version (1.0 first), JSON-RPC, HTTP+JSON and, when on, gRPC."""
+    interfaces: list[AgentInterface] = []
+    for version in protocols:
+        interfaces.extend(http_interfaces(public_url, version))
+        if grpc_url:
+            # CONTRACT: gRPC as a bare host:port.
+            interfaces.append(AgentInterface(url=grpc_url, protocol_binding=GRPC, protocol_version=version))
+    return interfaces
+
+
+def parse_protocols(protocols: str | Sequence[str]) -> tuple[str, ...]:
+    """``"1.0,0.3"`` (or a sequence) as the served versions, 1.0 first; only 1.0 and 0.3 exist."""
+    items = protocols.split(",") if isinstance(protocols, str) else list(protocols)
+    wanted = [".".join(item.strip().split(".")[:2]) for item in items if item.strip()]
+    unknown = sorted(set(wanted) - set(PROTOCOLS))
+    if unknown or PROTOCOL_VERSION not in wanted:
+        raise ValueError(
+            f"protocol versions {', '.join(wanted) or '(none)'}: relaykit serves 1.0, optionally with 0.3 "
+            "(e.g. --protocol 1.0,0.3)"
+        )
+    return tuple(v for v in PROTOCOLS if v in wanted)
 
 
 def build_card(
@@ -80,6 +116,7 @@ def build_card(
     push: bool = False,
     extended: bool = False,
     auth: Auth | None = None,
+    protocols: Sequence[str] = (PROTOCOL_VERSION,),
 ) -> AgentCard:
     """The served card: the given one (or one derived from the executor) with interfaces, capabilities and security
     filled in; a card that is already signed is served as it is (filling anything in would break its signatures)."""
@@ -103,10 +140,7 @@ def build_card(
             version="1.0.0",
             skills=[AgentSkill(id=name, name=name, description=description, tags=["relaykit"])],
         )
-    interfaces = http_interfaces(public_url)
-    if grpc_url:
-        # CONTRACT: gRPC as a bare host:port.
-        interfaces.append(AgentInterface(url=grpc_url, protocol_binding=GRPC, protocol_version=PROTOCOL_VERSION))
+    interfaces = served_interfaces(public_url, grpc_url, protocols)
     caps = card.capabilities
     capabilities = AgentCapabilities(
         streaming=streaming if caps.streaming is None else caps.streaming and streaming,
@@ -138,7 +172,7 @@ def _security(card: AgentCard, auth: Auth | None) -> dict[str, Any]:
 
 
 def assemble(
-    executor: AgentExecutor,
+    executor: AgentExecutor | object,
     *,
     card: AgentCard | None = None,
     store: TaskStore | str = "memory",
@@ -174,6 +208,7 @@ def assemble(
     card_signing_key: Any = None,
     card_key_id: str | None = None,
     push_secrets_key: str | bytes | Sequence[str | bytes] | None = None,
+    protocols: str | Sequence[str] = PROTOCOLS,
 ) -> A2AServer:
     """The ``A2AServer`` for ``executor``, not yet started: serve it with any binding, or none (a worker).
 
@@ -187,13 +222,16 @@ def assemble(
 
     The options are ``create_app``'s (see there), less the HTTP ones. ``public_url`` (default ``DEFAULT_PUBLIC_URL``)
     is the base of the card's JSON-RPC and HTTP+JSON interfaces and the push JWT issuer; ``grpc_url`` adds the
-    GRPC interface. The default store is ``memory`` (``relaykit serve`` defaults to SQLite).
+    GRPC interface. The default store is ``memory`` (``relaykit serve`` defaults to SQLite). ``protocols``: the A2A
+    versions served, ``("1.0", "0.3")`` by default; ``"1.0"`` turns 0.3 off (its requests get VersionNotSupported).
 
-    ``auth`` (``relaykit.auth.Auth``): who may call, enforced on every binding; the card's security is generated
-    from it. ``card_signing_key`` (PEM private key, bytes or a cryptography key) signs the served card (RFC 8785 +
-    JWS, ``kid`` ``card_key_id`` or the key's JWK thumbprint); its public key joins ``/.well-known/jwks.json``.
-    ``push_secrets_key`` (a Fernet key, or several: the first seals) encrypts push credentials in the store.
+    ``auth`` (``relaykit.auth.Auth``): who may call, enforced on every binding and version; the card's security is
+    generated from it. ``card_signing_key`` (PEM private key, bytes or a cryptography key) signs the served card
+    (RFC 8785 + JWS, ``kid`` ``card_key_id`` or the key's JWK thumbprint); its public key joins
+    ``/.well-known/jwks.json``. ``push_secrets_key`` (a Fernet key, or several: the first seals) encrypts push
+    credentials in the store.
     """
+    served_versions = parse_protocols(protocols)
     redis_url = bus if isinstance(bus, str) and bus != "memory" else None
     if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError(f"unknown bus {bus!r}: use memory or redis://…")
@@ -202,6 +240,11 @@ def assemble(
         task_store = open_store(store, namespace=namespace, shared=redis_url is not None)
     else:
         task_store = store
+    # A framework's agent or graph (pydantic-ai, LangGraph, OpenAI Agents, ADK) gets its adapter, which keeps its
+    # conversations with this store; an executor passes through unchanged.
+    from relaykit.adapters._detect import as_executor
+
+    executor = as_executor(executor, store=task_store)
     if push_store is None:
         push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
     if push_secrets_key is not None:
@@ -264,6 +307,7 @@ def assemble(
         push=push,
         extended=extended_card is not None,
         auth=auth,
+        protocols=served_versions,
     )
     card_signer = (
         CardSigner(card_signing_key, kid=card_key_id, jku=base_url.rstrip("/") + JWKS_PATH)
@@ -282,4 +326,5 @@ def assemble(
     server.push_signer = signer
     server.public_url = public_url
     server.card_signer = card_signer
+    server.protocols = served_versions
     return server

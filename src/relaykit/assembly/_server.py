@@ -62,6 +62,8 @@ class A2AServer:
         # The base URL the card was built with; None when none was given, and the HTTP app then advertises the
         # address it is reached at (its mount path included).
         self.public_url: str | None = None
+        # The A2A versions served ("1.0" always; "0.3" through the codec in front of the same handler).
+        self.protocols: tuple[str, ...] = ("1.0",)
         # Signs the served card (``card_signing_key``); the HTTP app re-signs a card whose URLs follow the request.
         self.card_signer: CardSigner | None = None
 

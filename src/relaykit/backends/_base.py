@@ -158,7 +158,8 @@ class TaskClaims(Protocol):
     """Durable leases on tasks, for several processes sharing one store (memory: in-process; PostgreSQL).
 
     Every process has a worker id kept alive by ``heartbeat``. A process claims a task before it runs (or cancels,
-    or recovers) it and releases it when its local execution is over. A claim succeeds when the task is unclaimed,
+    or recovers) it and releases it when its local execution is over, or already with the write that stores the task
+    interrupted or terminal (``save_claimed``). A claim succeeds when the task is unclaimed,
     already claimed by the same worker, or claimed by a worker that is not alive (heartbeat expired, or retired).
     A claim bumps the task's ``version``, so a presumed-dead writer's next ``save`` raises ``ConflictError``
     (fencing); ``release`` does not. Stores shared by processes judge liveness on one clock (the database's).
@@ -175,6 +176,15 @@ class TaskClaims(Protocol):
 
     async def release(self, task_id: str, worker: str) -> None:
         """Clear the claim if ``worker`` holds it (otherwise nothing); the version is left alone."""
+
+    async def save_claimed(self, record: TaskRecord, worker: str | None) -> None:
+        """``save`` (an update: a claimed task is stored) that also sets the claim to ``worker`` (``None``: released)
+        in the same write, for the claimant only.
+
+        Sound because claims bump the version: a write whose version still matches comes from the worker that
+        claimed the task (or released it) last, so nobody else's claim is overwritten. A stale version raises
+        ``ConflictError`` and changes nothing, the claim included.
+        """
 
     async def claimant(self, task_id: str) -> str | None:
         """The worker currently holding the task (alive or not), ``None`` when unclaimed or missing."""

@@ -2,16 +2,22 @@
 
 Each line is a turn: streamed when the agent streams, sent otherwise; an INPUT_REQUIRED task is answered by the next
 line, and the context carries over from turn to turn. A failed turn is reported and the conversation goes on.
+
+The conversation ends at EOF (Ctrl-D: exit 0) or at Ctrl-C, at the prompt or during a turn (exit 130, as every
+interrupted command). At the prompt the process waits in a blocking ``input()`` on the event loop's thread, where
+asyncio's own SIGINT handler would only cancel the task once the line is finished, so ``read_line`` restores Python's
+default handler around it: the first Ctrl-C ends the chat at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 
 from relaykit._errors import A2AConnectionError, A2AError, A2ATimeoutError
-from relaykit.cli._output import EXIT_OK, LiveView, report_error
+from relaykit.cli._output import EXIT_INTERRUPTED, EXIT_OK, LiveView, report_error
 from relaykit.client import Client
 
 __all__ = ["chat", "read_line"]
@@ -26,12 +32,16 @@ async def chat(client: Client, args: argparse.Namespace) -> int:
         with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
         name = card.name if card is not None else args.url
-        print(f"Chatting with {name} at {args.url}. One line per turn; Ctrl-D ends.", flush=True)
+        print(f"Chatting with {name} at {args.url}. One line per turn; Ctrl-D or Ctrl-C ends.", flush=True)
     view = LiveView(sys.stdout, chat=True)
     context_id: str | None = args.context
     waiting: str | None = None  # the task that asked for input: the next line answers it
     while True:
-        line = read_line("you> " if interactive else "")
+        try:
+            line = read_line("you> " if interactive else "")
+        except KeyboardInterrupt:
+            print(flush=True)  # the shell's prompt starts on a line of its own
+            return EXIT_INTERRUPTED
         if line is None:
             break
         text = line.strip()
@@ -61,11 +71,17 @@ async def chat(client: Client, args: argparse.Namespace) -> int:
 
 
 def read_line(prompt: str) -> str | None:
-    """One line of input, ``None`` at EOF. A terminal gets a prompt (and line editing through ``input``)."""
-    if prompt:
-        try:
-            return input(prompt)
-        except EOFError:
-            return None
-    line = sys.stdin.readline()
-    return line if line else None
+    """One line of input, ``None`` at EOF; ``KeyboardInterrupt`` at Ctrl-C, as soon as it is pressed.
+
+    A terminal gets a prompt (and line editing through ``input``)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        if prompt:
+            try:
+                return input(prompt)
+            except EOFError:
+                return None
+        line = sys.stdin.readline()
+        return line if line else None
+    finally:
+        signal.signal(signal.SIGINT, previous)

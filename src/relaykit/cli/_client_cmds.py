@@ -45,6 +45,7 @@ from relaykit._types import (
     Task,
     TaskState,
 )
+from relaykit.cli._args import add_credentials, request_headers
 from relaykit.cli._chat import chat
 from relaykit.cli._output import (
     EXIT_A2A,
@@ -101,13 +102,6 @@ def _url(text: str) -> str:
     return url
 
 
-def _header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip():
-        raise argparse.ArgumentTypeError(f"a header is NAME:VALUE, not {text!r}")
-    return name.strip(), value.strip()
-
-
 def _binding(text: str) -> str:
     binding = _BINDINGS.get(text.strip().lower())
     if binding is None:
@@ -122,16 +116,7 @@ def add_client_parsers(sub: Any) -> None:
     """Add the client subcommands to ``relaykit``'s subparsers."""
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("connection")
-    group.add_argument(
-        "-H",
-        "--header",
-        action="append",
-        type=_header,
-        default=[],
-        metavar="NAME:VALUE",
-        help="send this HTTP header on every request (repeatable)",
-    )
-    group.add_argument("--token", default=None, help="bearer token (default: env RELAYKIT_TOKEN)")
+    add_credentials(group)
     group.add_argument(
         "--transport",
         type=_binding,
@@ -205,10 +190,7 @@ def run_client(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    headers = dict(args.header)
-    token = args.token or os.environ.get("RELAYKIT_TOKEN")
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = request_headers(args)
     waits = args.command in ("send", "subscribe", "chat")
     read = args.timeout if args.timeout is not None else (None if waits else UNARY_TIMEOUT)
     timeout = httpx.Timeout(read, connect=min(CONNECT_TIMEOUT, args.timeout or CONNECT_TIMEOUT))

@@ -4,10 +4,10 @@
     relaykit push status --store sqlite:///relaykit.db TASK_ID  # reads a SQLite store directly (read-only)
 
 The first form calls relaykit's read-only endpoint ``GET {URL}/relaykit/push/status/{TASK_ID}`` (with
-``A2A-Version: 1.0``, ``--tenant`` as a query parameter and any ``-H 'Name: value'`` headers, e.g. credentials), so
-it sees exactly what the caller may see. The second opens the SQLite file read-only, works whether or not a server
-is running on it, and shows the task's configs of every owner (it is an operator's view: whoever can read the file
-can read everything in it).
+``A2A-Version: 1.0``, ``--tenant`` as a query parameter, and credentials given as for the client commands:
+``-H NAME:VALUE``, ``--token``), so it sees exactly what the caller may see. The second opens the SQLite file
+read-only, works whether or not a server is running on it, and shows the task's configs of every owner (it is an
+operator's view: whoever can read the file can read everything in it).
 
 Per config: notifications ``delivered``, failed attempts (``failures``, and how many in a row), ``pending`` ones,
 ``dead`` letters (given up on), the last success / failure times and the last error. ``--json`` prints the
@@ -29,6 +29,7 @@ import httpx
 
 from relaykit.backends._base import DeliveryHealth, from_epoch
 from relaykit.backends._url import sqlite_path
+from relaykit.cli._args import add_credentials, request_headers
 from relaykit.push._status import STATUS_PATH, status_json
 
 __all__ = ["add_push_parser", "run_push_status"]
@@ -52,9 +53,7 @@ def add_push_parser(sub: Any) -> None:
     status.add_argument("--namespace", default="relaykit", help="table prefix of --store")
     status.add_argument("--tenant", default="", help="the task's tenant")
     status.add_argument("--json", action="store_true", help="print JSON")
-    status.add_argument(
-        "-H", "--header", action="append", default=[], metavar="'NAME: VALUE'", help="extra request header"
-    )
+    add_credentials(status.add_argument_group("connection (with URL)"))
     status.set_defaults(func=run_push_status)
 
 
@@ -72,13 +71,7 @@ def run_push_status(args: argparse.Namespace) -> int:
 
 
 def _from_server(args: argparse.Namespace, url: str, task_id: str) -> int:
-    headers = {"A2A-Version": "1.0", "Accept": "application/json"}
-    for raw in args.header:
-        name, sep, value = raw.partition(":")
-        if not sep or not name.strip():
-            print(f"relaykit push status: bad header {raw!r} (use 'Name: value')", file=sys.stderr)
-            return EXIT_USAGE
-        headers[name.strip()] = value.strip()
+    headers = {"A2A-Version": "1.0", "Accept": "application/json", **request_headers(args)}
     if not url.startswith(("http://", "https://")):
         print(f"relaykit push status: {url!r} is not an http(s) URL", file=sys.stderr)
         return EXIT_USAGE

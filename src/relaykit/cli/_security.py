@@ -16,7 +16,7 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from relaykit.cli._target import TargetError
+from relaykit.cli._fail import CliError
 
 __all__ = ["add_security_options", "grpc_credentials", "security_kwargs", "uvicorn_tls"]
 
@@ -55,17 +55,17 @@ def tls_on(args: argparse.Namespace) -> bool:
 
 
 def check_security_options(args: argparse.Namespace) -> None:
-    """Refuse combinations that cannot mean anything (TargetError, exit 2)."""
+    """Refuse combinations that cannot mean anything (CliError, exit 2)."""
     if args.auth_jwks and args.auth_oidc:
-        raise TargetError("--auth-jwks and --auth-oidc both read Authorization: Bearer; give one of them")
+        raise CliError("--auth-jwks and --auth-oidc both read Authorization: Bearer; give one of them")
     if (args.auth_issuer or args.auth_audience) and not (args.auth_jwks or args.auth_oidc):
-        raise TargetError("--auth-issuer / --auth-audience need --auth-jwks or --auth-oidc")
+        raise CliError("--auth-issuer / --auth-audience need --auth-jwks or --auth-oidc")
     if args.ssl_keyfile and not args.ssl_certfile:
-        raise TargetError("--ssl-keyfile needs --ssl-certfile")
+        raise CliError("--ssl-keyfile needs --ssl-certfile")
     if args.ssl_ca_certs and not args.ssl_certfile:
-        raise TargetError("--ssl-ca-certs (client certificates) needs TLS: give --ssl-certfile and --ssl-keyfile")
+        raise CliError("--ssl-ca-certs (client certificates) needs TLS: give --ssl-certfile and --ssl-keyfile")
     if args.card_kid and not args.card_key:
-        raise TargetError("--card-kid needs --card-key")
+        raise CliError("--card-kid needs --card-key")
 
 
 def any_security_option(args: argparse.Namespace) -> list[str]:
@@ -90,7 +90,7 @@ def security_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         try:
             authenticators.append(APIKeyAuthenticator(args.api_keys))
         except (OSError, ValueError) as exc:
-            raise TargetError(f"--api-keys: {exc}") from None
+            raise CliError(f"--api-keys: {exc}") from None
     if args.ssl_ca_certs:
         authenticators.append(MTLSAuthenticator())
     out: dict[str, Any] = {}
@@ -100,12 +100,12 @@ def security_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         try:
             out["extended_card"] = AgentCard.model_validate(json.loads(Path(args.extended_card).read_text()))
         except (OSError, ValueError) as exc:
-            raise TargetError(f"--extended-card: {exc}") from None
+            raise CliError(f"--extended-card: {exc}") from None
     if args.card_key:
         try:
             out["card_signing_key"] = Path(args.card_key).read_bytes()
         except OSError as exc:
-            raise TargetError(f"--card-key: {exc}") from None
+            raise CliError(f"--card-key: {exc}") from None
         out["card_key_id"] = args.card_kid
     keys = _secrets_keys(args)
     if keys:
@@ -118,10 +118,10 @@ def _secrets_keys(args: argparse.Namespace) -> list[str]:
         try:
             lines = Path(args.push_secrets_key).read_text().splitlines()
         except OSError as exc:
-            raise TargetError(f"--push-secrets-key: {exc}") from None
+            raise CliError(f"--push-secrets-key: {exc}") from None
         keys = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
         if not keys:
-            raise TargetError(f"--push-secrets-key: {args.push_secrets_key} holds no key")
+            raise CliError(f"--push-secrets-key: {args.push_secrets_key} holds no key")
         return keys
     env = os.environ.get("RELAYKIT_PUSH_SECRETS_KEY", "").strip()
     return [env] if env else []

@@ -1,18 +1,34 @@
-"""``relaykit serve``: run an agent with the embedded defaults, exactly as CONTRACT describes."""
+"""``relaykit serve``: run an agent with the embedded defaults, exactly as CONTRACT describes.
+
+Start-up order, so that every refusal is one line (``relaykit serve: error: …``, exit 2) and nothing claims to serve
+before it does:
+
+1. check the options and load the user's target (``_target``), then build the app;
+2. bind the HTTP socket ourselves (a port in use is refused here, before the store is touched);
+3. open the store (and take its single-owner lock), start gRPC when asked;
+4. hand the bound socket to uvicorn; the "serving … agent card at …" banner is printed only once uvicorn's start-up
+   has completed and the socket listens.
+
+``--reload`` runs the same build in uvicorn's reload worker: the options travel as JSON in ``RELAYKIT_SERVE_OPTIONS``
+and ``reload_factory`` rebuilds the app from them after every change.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import os
 import re
 import signal
-import sys
+import socket
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from relaykit.cli._fail import CliError, debug_enabled, describe, report
 from relaykit.cli._security import (
     add_security_options,
     any_security_option,
@@ -22,11 +38,10 @@ from relaykit.cli._security import (
     uvicorn_tls,
     with_client_certs,
 )
-from relaykit.cli._target import TargetError, load_target
+from relaykit.cli._target import load_target, target_file
 
 __all__ = ["add_serve_parser", "parse_duration", "run_serve"]
 
-RELOAD_ARGV = "RELAYKIT_SERVE_ARGV"  # the command line, for the app factory of a --reload worker process
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -57,6 +72,12 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--reload", action="store_true", help="restart on code changes (development)")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,  # not given: relaykit's own --debug (before the command) stands
+        help="on an error, show the full traceback (also: RELAYKIT_DEBUG=1)",
+    )
     p.add_argument("--push", action=argparse.BooleanOptionalAction, default=True, help="push notifications")
     p.add_argument(
         "--push-allow",
@@ -66,10 +87,13 @@ def add_serve_parser(sub: Any) -> None:
         help="allow webhooks to this host or network (repeatable)",
     )
     _add_push_options(p)
+    # A2A versions served (issue 12): 0.3 goes through the codec in front of the same handler; 1.0 alone turns it off.
+    p.add_argument("--protocol", default="1.0,0.3", metavar="VERSIONS", help="A2A versions served (default 1.0,0.3)")
     p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
     p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
     p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
+    p.add_argument("--inspector", action="store_true", help="serve the web inspector at /inspector/")
     add_cluster_options(p)
     add_security_options(p)
     p.add_argument(
@@ -113,7 +137,7 @@ def _grpc_url(args: argparse.Namespace, public_url: str) -> str | None:
     try:
         import relaykit.grpc  # noqa: F401  (fail here, with a clear message, when the extra is missing)
     except ImportError as exc:
-        raise TargetError(f"--grpc-port needs the grpc extra (pip install 'relaykit[grpc]'): {exc}") from None
+        raise CliError(f"--grpc-port needs the grpc extra (pip install 'relaykit[grpc]'): {exc}") from None
     host = urlsplit(public_url).hostname or "localhost"
     if ":" in host:
         host = f"[{host}]"
@@ -160,43 +184,65 @@ def _push_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         try:
             out["push_signing_key"] = [Path(path).read_bytes() for path in args.push_signing_key]
         except OSError as exc:
-            raise TargetError(f"cannot read --push-signing-key: {exc}") from None
+            raise CliError(f"cannot read --push-signing-key: {exc}") from None
         out["push_key_id"] = args.push_key_id
     return out
 
 
-def _assemble(target: Any, args: argparse.Namespace) -> Any:
-    """The ``A2AServer`` the flags describe for an executor (``relaykit.assembly.assemble``)."""
-    from relaykit.assembly import assemble
+_RELOAD_OPTIONS = "RELAYKIT_SERVE_OPTIONS"
 
+
+def _protocols(args: argparse.Namespace) -> tuple[str, ...]:
+    from relaykit.assembly._assemble import parse_protocols
+
+    try:
+        return parse_protocols(getattr(args, "protocol", "1.0,0.3"))
+    except ValueError as exc:
+        raise CliError(f"--protocol: {exc}") from None
+
+
+def _checked_bus(args: argparse.Namespace) -> str:
     bus = _bus_url(args)
     if bus != "memory" and not bus.startswith(("redis://", "rediss://", "unix://")):
-        raise TargetError(f"unknown bus {bus!r}: use memory or redis://…")
-    public_url = args.public_url or _default_public_url(args)
-    return assemble(
-        target,
-        store=_store_url(args),
-        public_url=public_url,
-        grpc_url=_grpc_url(args, public_url),
-        push=args.push,
-        executor_timeout=args.executor_timeout,
-        grace=args.grace,
-        retention=args.retention,
-        access_log=args.access_log,
-        namespace=args.namespace,
-        push_allow=tuple(args.push_allow),
-        bus=bus,
-        worker=getattr(args, "worker", True),
-        lease=args.lease,
-        heartbeat=args.heartbeat,
-        idempotency_window=args.idempotency_window,
-        **_push_kwargs(args),
-        **security_kwargs(args),
-    )
+        raise CliError(f"unknown bus {bus!r}: use memory or redis://…")
+    return bus
 
 
 def _default_public_url(args: argparse.Namespace) -> str:
     return f"{'https' if tls_on(args) else 'http'}://localhost:{args.port}"
+
+
+def _assemble(target: Any, args: argparse.Namespace) -> Any:
+    """The ``A2AServer`` the flags describe for an executor (``relaykit.assembly.assemble``); ``CliError`` for a
+    refused combination of options or a missing extra (the message carries the install hint)."""
+    from relaykit.assembly import assemble
+
+    bus = _checked_bus(args)
+    public_url = args.public_url or _default_public_url(args)
+    try:
+        return assemble(
+            target,
+            store=_store_url(args),
+            public_url=public_url,
+            grpc_url=_grpc_url(args, public_url),
+            push=args.push,
+            executor_timeout=args.executor_timeout,
+            grace=args.grace,
+            retention=args.retention,
+            access_log=args.access_log,
+            namespace=args.namespace,
+            push_allow=tuple(args.push_allow),
+            bus=bus,
+            worker=getattr(args, "worker", True),
+            lease=args.lease,
+            heartbeat=args.heartbeat,
+            idempotency_window=args.idempotency_window,
+            protocols=_protocols(args),
+            **_push_kwargs(args),
+            **security_kwargs(args),
+        )
+    except (ImportError, ValueError) as exc:
+        raise CliError(describe(exc)) from exc
 
 
 def _app_server(target: Any) -> Any:
@@ -206,6 +252,7 @@ def _app_server(target: Any) -> Any:
 
 def build_server(args: argparse.Namespace) -> Any:
     """What ``worker`` runs: the assembly alone (no binding), or the one behind a ``create_app`` app target."""
+    _checked_bus(args)
     target = load_target(args.target)
     server = _app_server(target)
     return server if server is not None else _assemble(target, args)
@@ -213,46 +260,47 @@ def build_server(args: argparse.Namespace) -> Any:
 
 def build_app(args: argparse.Namespace) -> Any:
     """What ``serve`` runs: the HTTP app over the assembly (gRPC attaches to the same ``app.state.relaykit``), or a
-    ``create_app`` app target as it is."""
+    ``create_app`` app target as it is; ``CliError`` for anything the user can fix (target, options, a missing
+    extra)."""
     from relaykit.http._app import http_app
 
+    _checked_bus(args)
     target = load_target(args.target)
     if _app_server(target) is not None:
         given = any_security_option(args)
         if given:
-            raise TargetError(
+            raise CliError(
                 f"{', '.join(given)} cannot change an app made with create_app: pass auth=, extended_card=, "
                 "card_signing_key= to create_app instead"
             )
         return target
-    return http_app(_assemble(target, args), keepalive=args.keepalive)
+    return http_app(_assemble(target, args), keepalive=args.keepalive, inspector=getattr(args, "inspector", False))
+
+
+def _bind(host: str, port: int, flag: str = "--port", what: str = "listen") -> socket.socket:
+    """The HTTP socket, bound (not yet listening) as uvicorn binds it; ``CliError`` when the address is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        hint = f": is another server running? Stop it or pick another {flag}" if exc.errno == errno.EADDRINUSE else ""
+        raise CliError(f"cannot {what} on {host}:{port}: {exc.strerror or exc}{hint}") from exc
+    sock.set_inheritable(True)  # the reload worker inherits it
+    return sock
 
 
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.reload and args.grpc_port is not None:
-        print("relaykit serve: --grpc-port cannot be combined with --reload", file=sys.stderr)
-        return 2
     if args.reload:
-        # JSON: an environment variable cannot hold the NUL separator this used to join with (ValueError).
-        os.environ[RELOAD_ARGV] = json.dumps(sys.argv[1:])
-        uvicorn.run(
-            "relaykit.cli._serve:reload_factory",
-            factory=True,
-            host=args.host,
-            port=args.port,
-            reload=True,
-            log_level=args.log_level,
-            access_log=False,
-        )
-        return 0
-    try:
-        app = build_app(args)
-    except (TargetError, ValueError) as exc:
-        print(f"relaykit serve: {exc}", file=sys.stderr)
-        return 2
+        if tls_on(args):
+            raise CliError("--reload cannot be combined with --ssl-certfile (a development server speaks plain HTTP)")
+        return _run_reload(args)
+    app = build_app(args)
     config = uvicorn.Config(
         app,
         host=args.host,
@@ -266,11 +314,19 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     if args.ssl_ca_certs:
         with_client_certs(config)
-    server = _DrainingServer(config, app)
-    public = args.public_url or _default_public_url(args)
-    print(
-        f"relaykit: serving {args.target} — agent card at {public.rstrip('/')}/.well-known/agent-card.json", flush=True
-    )
+    sock = _bind(args.host, args.port)
+    if args.grpc_port is not None:
+        # Checked now, like the HTTP port, so a taken port is one line before anything starts (gRPC's own bind
+        # failure comes later and logs from its C core first); the probe socket is closed at once.
+        try:
+            _bind(args.host, args.grpc_port, "--grpc-port", "serve gRPC").close()
+        except CliError:
+            sock.close()
+            raise
+    server = _DrainingServer(config, app, target=args.target, public_url=args.public_url)
+    if getattr(args, "inspector", False):
+        public = args.public_url or _default_public_url(args)
+        server.extra_lines.append(f"relaykit: inspector at {public.rstrip('/')}/inspector/")
 
     async def main() -> int:
         # Open the store (and take its single-owner lock) before listening, so a refusal is one clear line,
@@ -278,8 +334,7 @@ def run_serve(args: argparse.Namespace) -> int:
         try:
             await app.state.relaykit.start()
         except Exception as exc:
-            print(f"relaykit serve: {exc}", file=sys.stderr)
-            return 1
+            raise CliError(describe(exc)) from exc
         if args.grpc_port is not None:
             # gRPC next to HTTP, on the same A2AServer: one engine, one store, one drain.
             from relaykit.grpc import GrpcServer
@@ -288,12 +343,11 @@ def run_serve(args: argparse.Namespace) -> int:
             try:
                 await server.grpc.start()
             except (OSError, RuntimeError) as exc:
-                print(f"relaykit serve: cannot serve gRPC on {args.host}:{args.grpc_port}: {exc}", file=sys.stderr)
                 await app.state.relaykit.stop()
-                return 1
+                raise CliError(f"cannot serve gRPC on {args.host}:{args.grpc_port}: {exc}") from exc
             print(f"relaykit: gRPC (lf.a2a.v1.A2AService) on {args.host}:{args.grpc_port}", flush=True)
         try:
-            await server.serve()
+            await server.serve(sockets=[sock])
         finally:
             if server.grpc is not None:
                 await server.grpc.stop(1.0)
@@ -306,6 +360,57 @@ def run_serve(args: argparse.Namespace) -> int:
             return runner.run(main())
     except KeyboardInterrupt:
         return 0
+    finally:
+        sock.close()
+
+
+def _run_reload(args: argparse.Namespace) -> int:
+    """``--reload``: uvicorn's reloader over a worker that runs ``reload_factory`` (the options go as JSON)."""
+    import uvicorn
+    from uvicorn.supervisors import ChangeReload
+
+    if args.grpc_port is not None:
+        raise CliError("--grpc-port cannot be combined with --reload")
+    # watchfiles logs every file event at INFO (a log file in a watched directory would be a line per write).
+    logging.getLogger("watchfiles").setLevel(max(logging.WARNING, logging.getLogger().level))
+    # What can be checked without the user's code is checked here, once; the rest in every reload worker.
+    _checked_bus(args)
+    agent_file = target_file(args.target)
+    watched = [Path.cwd()]
+    if agent_file is not None and not agent_file.parent.is_relative_to(Path.cwd()):
+        watched.append(agent_file.parent)
+    os.environ[_RELOAD_OPTIONS] = json.dumps({k: v for k, v in vars(args).items() if k != "func"})
+    config = uvicorn.Config(
+        "relaykit.cli._serve:reload_factory",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        reload=True,
+        reload_dirs=[str(d) for d in watched],
+        log_level=args.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=max(1, int(args.grace) + 1),
+    )
+    sock = _bind(args.host, args.port)
+    try:
+        server = _ListeningServer(config, target=args.target, public_url=args.public_url)
+        ChangeReload(config, target=server.run, sockets=[sock]).run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    return 0
+
+
+def reload_factory() -> Any:
+    """Build the app inside a ``--reload`` worker from the options of the original command line."""
+    args = argparse.Namespace(**json.loads(os.environ[_RELOAD_OPTIONS]))
+    try:
+        return build_app(args)
+    except CliError as exc:
+        # One line, and the worker ends; uvicorn's reloader keeps watching, and the next save starts a fresh one.
+        report("relaykit serve", exc, debug=debug_enabled(getattr(args, "debug", False)))
+        raise SystemExit(exc.code) from None
 
 
 def _loop_factory(config: Any) -> Any:
@@ -317,15 +422,6 @@ def _loop_factory(config: Any) -> Any:
     return None
 
 
-def reload_factory() -> Any:
-    """Build the app inside a ``--reload`` worker from the original command line (``serve …``)."""
-    # The serve parser alone (not relaykit.cli's, which imports this module): the line is always a serve command.
-    parser = argparse.ArgumentParser(prog="relaykit")
-    add_serve_parser(parser.add_subparsers(dest="command", required=True))
-    argv = json.loads(os.environ.get(RELOAD_ARGV, "[]"))
-    return build_app(parser.parse_args(argv))
-
-
 try:
     import uvicorn as _uvicorn
 
@@ -334,23 +430,49 @@ except ImportError:  # pragma: no cover - uvicorn is a core dependency
     _Base = object
 
 
-class _DrainingServer(_Base):  # type: ignore[misc]
+class _ListeningServer(_Base):  # type: ignore[misc]
+    """A uvicorn server that announces itself only once its start-up completed and its socket listens.
+
+    Picklable (``--reload`` sends it to the worker process): it holds strings only, besides uvicorn's own state.
+    """
+
+    def __init__(self, config: Any, *, target: str, public_url: str | None) -> None:
+        super().__init__(config)
+        self.target = target
+        self.public_url = public_url
+        self.started_ok = False
+        self.extra_lines: list[str] = []  # printed after the banner (e.g. where the inspector is)
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.should_exit:
+            return
+        self.started_ok = True
+        port = self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port
+        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
+        scheme = "https" if self.config.is_ssl else "http"
+        public = (self.public_url or f"{scheme}://localhost:{port}").rstrip("/")
+        print(
+            f"relaykit: serving {self.target} on {scheme}://{host}:{port} — agent card at "
+            f"{public}/.well-known/agent-card.json (Ctrl-C stops)",
+            flush=True,
+        )
+        for line in self.extra_lines:
+            print(line, flush=True)
+
+
+class _DrainingServer(_ListeningServer):
     """A uvicorn server whose first SIGTERM/SIGINT drains the engine before the HTTP server stops.
 
     Draining first lets running executions finish (up to ``--grace``), marks the rest FAILED, and ends open SSE
     streams cleanly, so uvicorn is not left waiting on streams that would never close by themselves.
     """
 
-    def __init__(self, config: Any, app: Any) -> None:
-        super().__init__(config)
+    def __init__(self, config: Any, app: Any, *, target: str, public_url: str | None) -> None:
+        super().__init__(config, target=target, public_url=public_url)
         self.relaykit = app.state.relaykit
         self._draining: asyncio.Task[None] | None = None
-        self.started_ok = False
         self.grpc: Any = None  # relaykit.grpc.GrpcServer when --grpc-port is given
-
-    async def startup(self, sockets: Any = None) -> None:
-        await super().startup(sockets=sockets)
-        self.started_ok = not self.should_exit
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self._draining is not None or sig not in (signal.SIGINT, signal.SIGTERM):

@@ -11,10 +11,9 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 
+from relaykit.cli._fail import CliError, describe
 from relaykit.cli._serve import _add_push_options, add_cluster_options, build_server
-from relaykit.cli._target import TargetError
 
 __all__ = ["add_worker_parser", "run_worker"]
 
@@ -32,6 +31,12 @@ def add_worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
     add_cluster_options(p)
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,  # not given: relaykit's own --debug (before the command) stands
+        help="on an error, show the full traceback (also: RELAYKIT_DEBUG=1)",
+    )
     p.set_defaults(func=run_worker)
 
 
@@ -39,8 +44,7 @@ def run_worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     bus = args.bus or os.environ.get("RELAYKIT_BUS") or "memory"
     if not bus.startswith(("redis://", "rediss://", "unix://")):
-        print("relaykit worker: needs --bus redis://… (or RELAYKIT_BUS): workers take work from Redis", file=sys.stderr)
-        return 2
+        raise CliError("needs --bus redis://… (or RELAYKIT_BUS): workers take work from Redis")
     # The serving settings build_server reads, at values that serve nothing (a worker has no binding).
     for name, value in {
         "port": 0,
@@ -51,18 +55,13 @@ def run_worker(args: argparse.Namespace) -> int:
         "worker": True,
     }.items():
         setattr(args, name, value)
-    try:
-        server = build_server(args)
-    except (TargetError, ValueError) as exc:
-        print(f"relaykit worker: {exc}", file=sys.stderr)
-        return 2
+    server = build_server(args)
 
     async def main() -> int:
         try:
             await server.start()
         except Exception as exc:
-            print(f"relaykit worker: {exc}", file=sys.stderr)
-            return 1
+            raise CliError(describe(exc)) from exc
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

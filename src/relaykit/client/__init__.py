@@ -10,12 +10,11 @@
 
 from relaykit.client._auth import APIKeyAuth, BearerAuth, Interceptor, OAuth2ClientCredentials, TraceContext
 from relaykit.client._card import CardResolver, canonical_card, choose_interface, parse_card, sign_card, verify_card
-from relaykit.client._client import A2ATaskInputRequiredError, Client
+from relaykit.client._client import Client
 from relaykit.client._policies import ResumePolicy, RetryPolicy
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport
 
 __all__ = [
-    "A2ATaskInputRequiredError",
     "APIKeyAuth",
     "BearerAuth",
     "CardResolver",

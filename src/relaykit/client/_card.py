@@ -4,8 +4,9 @@
   revalidates with ``If-None-Match`` (a 304 keeps the cached card).
 * ``verify_card`` / ``sign_card`` (from ``relaykit._jws``, shared with the server's ``--card-key``) check and make a
   card's detached JWS signatures (RFC 7515, payload canonicalised per RFC 8785), with the algorithms pinned.
-* ``choose_interface`` filters and orders the card's ``supportedInterfaces`` by the client's preference; ties keep
-  the card's order (the server's preference). A card with nothing usable raises ``A2AInvalidCardError``.
+* ``choose_interface`` filters and orders the card's ``supportedInterfaces``: A2A 1.0 before 0.3, then the client's
+  preference; ties keep the card's order (the server's preference). A card with nothing usable raises
+  ``A2AInvalidCardError``. A 0.3 card is read as its 1.0 equivalent (``relaykit._v03.card_in``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pydantic import ValidationError
 from relaykit._card import AgentCard, AgentInterface
 from relaykit._errors import A2AConnectionError, A2AInvalidCardError, A2ATimeoutError
 from relaykit._jws import canonical_card, sign_card, verify_card
+from relaykit._v03 import card_in, is_v03
 
 __all__ = ["CARD_PATH", "CardResolver", "canonical_card", "choose_interface", "parse_card", "sign_card", "verify_card"]
 
@@ -93,22 +95,8 @@ def parse_card(data: bytes | str, source: str = "the agent card") -> AgentCard:
         raise A2AInvalidCardError(f"{source} is not JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise A2AInvalidCardError(f"{source} is not a JSON object")
-    if not raw.get("supportedInterfaces") and raw.get("url"):
-        # A 0.3 card: its main URL and additional interfaces, all at its declared protocolVersion.
-        version = str(raw.get("protocolVersion", "0.3"))
-        interfaces = [
-            {"url": raw["url"], "protocolBinding": raw.get("preferredTransport", "JSONRPC"), "protocolVersion": version}
-        ]
-        for extra in raw.get("additionalInterfaces") or []:
-            if isinstance(extra, dict) and extra.get("url"):
-                interfaces.append(
-                    {
-                        "url": extra["url"],
-                        "protocolBinding": extra.get("transport", "JSONRPC"),
-                        "protocolVersion": version,
-                    }
-                )
-        raw = {**raw, "supportedInterfaces": interfaces}
+    # A 0.3 card (top-level url + preferredTransport, 0.3 security shapes) is read as its 1.0 equivalent.
+    raw = card_in(raw)
     try:
         return AgentCard.model_validate(raw)
     except ValidationError as exc:
@@ -117,22 +105,24 @@ def parse_card(data: bytes | str, source: str = "the agent card") -> AgentCard:
 
 def choose_interface(card: AgentCard, preferences: Sequence[str]) -> AgentInterface:
     """The interface to use: the client's preference order first, the card's order among equals."""
-    ranked: list[tuple[int, int, AgentInterface]] = []
+    ranked: list[tuple[int, int, int, AgentInterface]] = []
     for position, interface in enumerate(card.supported_interfaces):
         binding = interface.protocol_binding.upper()
         if binding not in preferences:
             continue
-        if interface.protocol_version.split(".")[0] != "1":
+        version = interface.protocol_version
+        if version.split(".")[0] != "1" and not is_v03(version):
             continue
-        ranked.append((preferences.index(binding), position, interface))
+        # 1.0 wherever the card offers it in a binding the client speaks; 0.3 (through the codec) otherwise.
+        ranked.append((0 if version.split(".")[0] == "1" else 1, preferences.index(binding), position, interface))
     if not ranked:
         offered = (
             ", ".join(f"{i.protocol_binding} {i.protocol_version} at {i.url}" for i in card.supported_interfaces)
             or "no interfaces at all"
         )
         raise A2AInvalidCardError(
-            f"agent {card.name!r} offers no A2A 1.0 interface this client can use "
+            f"agent {card.name!r} offers no A2A 1.0 or 0.3 interface this client can use "
             f"(it offers {offered}; this client speaks {', '.join(preferences)})"
         )
-    ranked.sort(key=lambda item: (item[0], item[1]))
-    return ranked[0][2]
+    ranked.sort(key=lambda item: (item[0], item[1], item[2]))
+    return ranked[0][3]

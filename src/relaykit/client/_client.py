@@ -10,7 +10,8 @@ Behaviour a caller relies on:
 * idempotent operations retry on connection errors and 502/503/504; SendMessage only when ``retry_send`` is on
   (same messageId, for servers that de-duplicate it);
 * ``ask()`` follows a task to its end, answering INPUT_REQUIRED through ``on_input_required`` when given, and raises
-  ``A2ATaskFailedError`` / ``A2ATaskRejectedError`` / ``A2ATaskAuthRequiredError`` for those outcomes.
+  ``A2ATaskFailedError`` / ``A2ATaskRejectedError`` / ``A2ATaskAuthRequiredError`` / ``A2ATaskInputRequiredError``
+  (all in ``relaykit.errors``) for those outcomes.
 
 Modules: this one holds ``Client`` (and re-exports the policies); ``_policies`` ``RetryPolicy`` / ``ResumePolicy`` and
 what counts as retryable; ``_stream_view`` ``StreamView``, the de-duplication that makes a resumed stream one stream.
@@ -35,8 +36,9 @@ from relaykit._errors import (
     A2AReconnectError,
     A2ATaskAuthRequiredError,
     A2ATaskFailedError,
-    A2ATaskOutcomeError,
+    A2ATaskInputRequiredError,
     A2ATaskRejectedError,
+    InvalidParamsError,
     UnsupportedOperationError,
 )
 from relaykit._methods import OPERATIONS_BY_NAME, Operation
@@ -62,13 +64,14 @@ from relaykit._types import (
     TaskPushNotificationConfig,
     TaskState,
 )
+from relaykit._v03 import is_v03
 from relaykit.client._auth import Interceptor
 from relaykit.client._card import CardResolver, choose_interface
 from relaykit.client._policies import ResumePolicy, RetryPolicy, retryable
 from relaykit.client._stream_view import Event, StreamView
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport, StreamEvent
 
-__all__ = ["A2ATaskInputRequiredError", "Client", "ResumePolicy", "RetryPolicy"]
+__all__ = ["Client", "ResumePolicy", "RetryPolicy"]
 
 InputHandler = Callable[[Task], Awaitable[Message | str] | Message | str]
 
@@ -84,10 +87,6 @@ DEFAULT_TRANSPORTS: tuple[str, ...] = ("JSONRPC", "HTTP+JSON", *(("GRPC",) if _g
 # The default policies: frozen, so every client may share one instance of each.
 _DEFAULT_RETRY = RetryPolicy()
 _DEFAULT_RESUME = ResumePolicy()
-
-
-class A2ATaskInputRequiredError(A2ATaskOutcomeError):
-    """``ask()`` reached INPUT_REQUIRED and no ``on_input_required`` handler answered it."""
 
 
 class Client:
@@ -181,15 +180,16 @@ class Client:
 
     def _make_transport(self, interface: AgentInterface) -> ClientTransport:
         binding = interface.protocol_binding.upper()
+        legacy = is_v03(interface.protocol_version)  # an A2A 0.3 interface: the same transports, via the codec
         # Bug fix: ``stream_timeout`` was computed and never used, so streams got the unary ``timeout`` as their read
         # timeout and a quiet long-running task (no event for ``timeout`` seconds) broke its stream.
         if binding == "JSONRPC":
             return JSONRPCTransport(
-                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout
+                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout, v03=legacy
             )
         if binding == "HTTP+JSON":
             return RESTTransport(
-                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout
+                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout, v03=legacy
             )
         if binding == "GRPC" and _grpc_available():
             module = importlib.import_module("relaykit.client._grpc")
@@ -202,6 +202,7 @@ class Client:
                 tenant=interface.tenant,
                 timeout=self._timeout,
                 stream_timeout=self._stream_timeout.read,
+                v03=legacy,
             )
             return transport
         raise ValueError(f"unsupported binding {binding}")
@@ -481,9 +482,11 @@ class Client:
                     return
                 # The stream closed before the task was final (proxy idle timeout, server restart): resume.
                 failure: A2AError = A2AConnectionError("the stream ended before the task finished")
-            except UnsupportedOperationError:
-                # Resubscribing to a task that ended meanwhile: fetch its final state instead.
-                if view.task_id is None or attempts == 0:
+            except (UnsupportedOperationError, InvalidParamsError) as exc:
+                # Resubscribing to a task that ended meanwhile: fetch its final state instead. (0.3 servers answered
+                # that resubscription with InvalidParams; a 1.0 server's InvalidParams is a real error.)
+                legacy = getattr(self._transport, "v03", False)
+                if view.task_id is None or attempts == 0 or (isinstance(exc, InvalidParamsError) and not legacy):
                     raise
                 for event in view.accept(StreamResponse(task=await self.get_task(view.task_id)), None):
                     yield event

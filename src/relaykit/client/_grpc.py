@@ -14,6 +14,7 @@ Task snapshot.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -31,17 +32,27 @@ from relaykit._errors import (
     A2ATimeoutError,
     InvalidAgentResponseError,
     ServiceUnavailableError,
+    UnsupportedOperationError,
     error_from_grpc,
 )
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import A2AModel
 from relaykit._proto import FIRST_EVENT_ID, RESUME_FROM, SERVICE_NAME, decoder, encoder
 from relaykit._types import StreamResponse
+from relaykit._v03 import _grpc as grpc03
 from relaykit.client._transport import A2A_VERSION, StreamEvent
 
 __all__ = ["GrpcTransport", "channel_credentials", "grpc_error"]
 
 _DETAILS_KEY = "grpc-status-details-bin"
+
+
+def _encode_v03(op: str, request: A2AModel) -> bytes:
+    return grpc03.encode_request(op, request)[1]
+
+
+def _stream_v03(data: bytes) -> StreamResponse:
+    return StreamResponse.model_validate(grpc03.decode_event(data))
 
 
 def _target(url: str) -> tuple[str, bool]:
@@ -139,8 +150,11 @@ class GrpcTransport:
         stream_timeout: float | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         options: tuple[tuple[str, Any], ...] = (),
+        v03: bool = False,
     ) -> None:
         self.url = url
+        # An A2A 0.3 interface: service a2a.v1.A2AService through the 0.3 codec, no a2a-version metadata.
+        self.v03 = v03
         self.tenant = tenant
         self.target, secure = _target(url)
         self.timeout = timeout
@@ -163,6 +177,9 @@ class GrpcTransport:
         self._streams: dict[str, Any] = {}
         self._encoders: dict[str, Callable[[A2AModel], bytes]] = {}
         self._decoders: dict[str, Callable[[bytes], Any]] = {}
+        if v03:
+            self._bind_v03(channel)
+            return
         for op in OPERATIONS:
             path = f"/{SERVICE_NAME}/{op.grpc_name}"
             if op.streaming:
@@ -174,13 +191,25 @@ class GrpcTransport:
                     self._decoders[op.name] = decoder(op.response)
             self._encoders[op.name] = encoder(op.request)
 
+    def _bind_v03(self, channel: grpc.aio.Channel) -> None:
+        for rpc in grpc03.RPCS:
+            op = rpc.op
+            path = f"/{grpc03.SERVICE_NAME}/{rpc.name}"
+            if op.streaming:
+                self._streams[op.name] = channel.unary_stream(path)
+                self._decoders[op.name] = _stream_v03
+            else:
+                self._unary[op.name] = channel.unary_unary(path)
+                self._decoders[op.name] = functools.partial(grpc03.decode_result, op)
+            self._encoders[op.name] = functools.partial(_encode_v03, op.name)
+
     async def aclose(self) -> None:
         """Close the channel (when this transport made it)."""
         if self._owns_channel:
             await self.channel.close()
 
     def _metadata(self, headers: Mapping[str, str]) -> list[tuple[str, str]]:
-        metadata = {"a2a-version": A2A_VERSION}
+        metadata = {} if self.v03 else {"a2a-version": A2A_VERSION}
         for key, value in headers.items():
             metadata[key.lower()] = str(value)
         return list(metadata.items())
@@ -199,6 +228,8 @@ class GrpcTransport:
 
     async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
         """One unary rpc; returns the decoded response model (``None`` for Empty)."""
+        if op.name not in self._unary and op.name not in self._streams:
+            raise UnsupportedOperationError(f"{op.name} has no A2A 0.3 gRPC rpc")
         data = self._request(op, request)
         try:
             response = await self._unary[op.name](data, metadata=self._metadata(headers), timeout=self.timeout)

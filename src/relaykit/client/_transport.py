@@ -31,6 +31,8 @@ from relaykit._errors import (
 from relaykit._methods import Operation
 from relaykit._model import A2AModel
 from relaykit._types import StreamResponse, new_id
+from relaykit._v03 import _rest as rest03
+from relaykit._v03 import _rpc as rpc03
 
 __all__ = ["ClientTransport", "JSONRPCTransport", "RESTTransport", "StreamEvent"]
 
@@ -167,8 +169,11 @@ class _HTTPTransport:
         tenant: str = "",
         owns_client: bool = False,
         stream_timeout: httpx.Timeout | None = None,
+        v03: bool = False,
     ) -> None:
         self.url = url
+        # An A2A 0.3 interface: the same calls, through the 0.3 codec (relaykit._v03), with no A2A-Version header.
+        self.v03 = v03
         self.client = client
         self.tenant = tenant
         self.owns_client = owns_client
@@ -183,7 +188,7 @@ class _HTTPTransport:
             await self.client.aclose()
 
     def _headers(self, headers: Mapping[str, str], streaming: bool = False) -> dict[str, str]:
-        out = {"A2A-Version": A2A_VERSION, **headers}
+        out = {**headers} if self.v03 else {"A2A-Version": A2A_VERSION, **headers}
         if streaming:
             out["Accept"] = "text/event-stream"
         return out
@@ -201,12 +206,12 @@ class JSONRPCTransport(_HTTPTransport):
     binding = "JSONRPC"
 
     def _body(self, op: Operation, request: A2AModel) -> bytes:
-        params = self._with_tenant(request).to_json()
-        return b'{"jsonrpc":"2.0","id":"%b","method":"%b","params":%b}' % (
-            new_id().encode(),
-            op.name.encode(),
-            params,
-        )
+        if self.v03:
+            method = rpc03.method_name(op.name)
+            params = pydantic_core.to_json(rpc03.encode_request(op.name, request))
+        else:
+            method, params = op.name, self._with_tenant(request).to_json()
+        return b'{"jsonrpc":"2.0","id":"%b","method":"%b","params":%b}' % (new_id().encode(), method.encode(), params)
 
     async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
         try:
@@ -230,6 +235,8 @@ class JSONRPCTransport(_HTTPTransport):
         # decoded as a missing result: InvalidAgentResponseError. The status says what happened.
         if isinstance(envelope.get("error"), dict) or response.status_code >= 400:
             raise _jsonrpc_error(response.status_code, envelope)
+        if self.v03:
+            return rpc03.decode_result(op, envelope.get("result"))
         return _decode(op, envelope.get("result"))
 
     async def stream(
@@ -262,7 +269,8 @@ class JSONRPCTransport(_HTTPTransport):
                         envelope = _frame_json(data)
                         if isinstance(envelope.get("error"), dict):
                             raise error_from_jsonrpc(envelope["error"])
-                        yield event_id, _decode_stream(envelope.get("result"))
+                        result = envelope.get("result")
+                        yield event_id, rpc03.decode_event(result) if self.v03 else _decode_stream(result)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.url) from None
 
@@ -280,6 +288,9 @@ class RESTTransport(_HTTPTransport):
     binding = "HTTP+JSON"
 
     def _target(self, op: Operation, request: A2AModel) -> tuple[str, str, bytes | None, dict[str, str]]:
+        if self.v03:
+            method, path, body03, query = rest03.request_target(op.name, request)
+            return method, self.url.rstrip("/") + path, body03, query
         route = op.routes[0]
         data = self._with_tenant(request).to_dict()
         path = route.path
@@ -299,7 +310,7 @@ class RESTTransport(_HTTPTransport):
         method, url, body, params = self._target(op, request)
         extra = self._headers(headers)
         if body is not None:
-            extra["Content-Type"] = "application/a2a+json"
+            extra["Content-Type"] = "application/json" if self.v03 else "application/a2a+json"
         try:
             response = await self.client.request(method, url, content=body, params=params or None, headers=extra)
         except httpx.HTTPError as exc:
@@ -311,8 +322,20 @@ class RESTTransport(_HTTPTransport):
         except ValueError:
             payload = None
         if response.status_code >= 400:
-            raise _rest_error(response.status_code, payload, url)
+            raise self._error(response.status_code, payload, url)
+        if self.v03:
+            try:
+                return rest03.decode_response(op, payload)
+            except ValidationError as exc:
+                raise InvalidAgentResponseError(f"the agent's 0.3 {op.name} response is malformed: {exc}") from None
         return _decode(op, payload)
+
+    def _error(self, status: int, payload: Any, url: str) -> A2AError:
+        if self.v03:
+            err = rest03.decode_error(status, payload)
+            if err is not None:
+                return err
+        return _rest_error(status, payload, url)
 
     async def stream(
         self, op: Operation, request: A2AModel, *, headers: Mapping[str, str], last_event_id: str | None = None
@@ -320,7 +343,7 @@ class RESTTransport(_HTTPTransport):
         method, url, body, params = self._target(op, request)
         extra = self._headers(headers, streaming=True)
         if body is not None:
-            extra["Content-Type"] = "application/a2a+json"
+            extra["Content-Type"] = "application/json" if self.v03 else "application/a2a+json"
         if last_event_id is not None:
             extra["Last-Event-ID"] = last_event_id
         try:
@@ -341,10 +364,15 @@ class RESTTransport(_HTTPTransport):
                     has_error = isinstance(payload, dict) and isinstance(payload.get("error"), dict)
                     if response.status_code < 400 and not has_error:
                         raise InvalidAgentResponseError("the agent answered a stream request without a stream")
-                    raise _rest_error(response.status_code if response.status_code >= 400 else 500, payload, url)
+                    raise self._error(response.status_code if response.status_code >= 400 else 500, payload, url)
                 async with contextlib.aclosing(_sse_events(response)) as events:
                     async for event_id, name, data in events:
                         payload = _frame_json(data)
+                        if self.v03:
+                            if name == "error":
+                                raise self._error(500, payload, url)
+                            yield event_id, _decode_stream(rest03.decode_event(payload))
+                            continue
                         if name == "error" or isinstance(payload.get("error"), dict):
                             error = payload.get("error")
                             code = error.get("code") if isinstance(error, dict) else None

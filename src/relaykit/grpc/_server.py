@@ -15,9 +15,11 @@ the ``RequestHandler`` method the operation names, and encodes the result. Wire 
   a ``BadRequest`` with one field violation per bad field. An error before a stream's first message ends the call
   with no message; a later one ends it after the messages already sent.
 * A client that cancels a stream releases only its own subscription; the task runs on.
-* **Auth**: every call is authenticated by the server's one ``relaykit.auth.Auth`` (metadata such as
-  ``authorization`` / ``x-api-key``, and the client certificate of a mutual-TLS channel) before its request is
-  decoded; a refusal is UNAUTHENTICATED (PERMISSION_DENIED from an interceptor), with the usual status details.
+* A2A 0.3: ``GrpcServer`` also serves 0.3's ``a2a.v1.A2AService`` when the assembly speaks 0.3; its rpcs are the
+  same closures over the same handler, given the 0.3 codec's decode/encode (``relaykit._v03._grpc``).
+* **Auth**: every call, of either version, is authenticated by the server's one ``relaykit.auth.Auth`` (metadata
+  such as ``authorization`` / ``x-api-key``, and the client certificate of a mutual-TLS channel) before its request
+  is decoded; a refusal is UNAUTHENTICATED (PERMISSION_DENIED from an interceptor), with the usual status details.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from relaykit._errors import (
     VersionNotSupportedError,
     invalid_params,
 )
+from relaykit._grpc_gen import a2a_v0_3_pb2 as v03_pb
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import Encoded
 from relaykit._proto import (
@@ -61,6 +64,7 @@ from relaykit._proto import (
     encoder,
 )
 from relaykit._types import SendMessageResponse
+from relaykit._v03 import _grpc as v03
 from relaykit.auth._gate import AuthRequest
 from relaykit.server._context import CallContext
 from relaykit.server._handler import RequestHandler
@@ -118,6 +122,17 @@ def _check_version(value: str | None) -> None:
     if ".".join(text.split(".")[:2]) not in SUPPORTED_VERSIONS:
         raise VersionNotSupportedError(
             f"A2A version {text} is not supported; this server speaks 1.0", requested=text, supported="1.0"
+        )
+
+
+def _check_version_v03(value: str | None) -> None:
+    # The 0.3 service: no version (0.3 clients send none) or 0.x.
+    text = (value or "").strip()
+    if text and text.split(".", 1)[0] != "0":
+        raise VersionNotSupportedError(
+            f"A2A version {text} on the A2A 0.3 service {v03.SERVICE_NAME}: use {SERVICE_NAME} for 1.0",
+            requested=text,
+            supported="0.3",
         )
 
 
@@ -189,8 +204,26 @@ class GrpcBinding:
                 methods[op.grpc_name] = grpc.unary_unary_rpc_method_handler(self._unary(op))
         return grpc.method_handlers_generic_handler(SERVICE_NAME, methods)
 
+    def v03_handler(self) -> grpc.GenericRpcHandler:
+        """The A2A 0.3 service ``a2a.v1.A2AService``: the same rpcs over the same handler, through the 0.3 codec."""
+        methods: dict[str, grpc.RpcMethodHandler] = {}
+        for rpc in v03.RPCS:
+            op = rpc.op
+            if op.streaming:
+                handler = self._streaming(op, rpc.decoder(), v03.event_bytes, _check_version_v03)
+                methods[rpc.name] = grpc.unary_stream_rpc_method_handler(handler)
+            else:
+                unary = self._unary(op, rpc.decoder(), rpc.encoder(), _check_version_v03)
+                methods[rpc.name] = grpc.unary_unary_rpc_method_handler(unary)
+        return grpc.method_handlers_generic_handler(v03.SERVICE_NAME, methods)
+
     async def _prepare(
-        self, op: Operation, data: bytes, context: Any, decode: Callable[[bytes], Any]
+        self,
+        op: Operation,
+        data: bytes,
+        context: Any,
+        decode: Callable[[bytes], Any],
+        check_version: Callable[[str | None], None] = _check_version,
     ) -> tuple[Any, CallContext, dict[str, str]]:
         if self.ensure_started is not None:
             await self.ensure_started()
@@ -199,7 +232,7 @@ class GrpcBinding:
         principal = await auth.authenticate(
             AuthRequest(metadata, binding="GRPC", peer_cert=lambda: peer_certificate(context))
         )
-        _check_version(metadata.get("a2a-version"))
+        check_version(metadata.get("a2a-version"))
         try:
             request = decode(data)
         except DecodeError as exc:
@@ -222,21 +255,34 @@ class GrpcBinding:
         self.handler.negotiate_extensions(call)
         return request, call, metadata
 
-    def _unary(self, op: Operation) -> Callable[[bytes, Any], Awaitable[bytes]]:
-        decode = decoder(op.request)
-        response = op.response
-        encode = encoder(response) if response is not None else None
+    def _unary(
+        self,
+        op: Operation,
+        decode: Callable[[bytes], Any] | None = None,
+        encode: Callable[[Any], bytes] | None = None,
+        check_version: Callable[[str | None], None] | None = None,
+    ) -> Callable[[bytes, Any], Awaitable[bytes]]:
+        # Defaults: the 1.0 service; the 0.3 service (v03_handler) passes its codec's functions and version rule.
+        legacy = check_version is not None
+        if decode is None:
+            decode = decoder(op.request)
+        if encode is None and not legacy and op.response is not None:
+            encode = encoder(op.response)
+        version_rule = check_version or _check_version
         handler_name = op.handler
 
         async def rpc(data: bytes, context: Any) -> bytes:
             try:
-                request, call, _ = await self._prepare(op, data, context, decode)
-                result = await self.handler.dispatch(handler_name, request, call)
+                request, call, _ = await self._prepare(op, data, context, decode, version_rule)
+                if legacy and handler_name == "get_extended_card" and not self.handler.extended:
+                    result: Any = self.handler.card  # 0.3 GetAgentCard: the public card when there is no other
+                else:
+                    result = await self.handler.dispatch(handler_name, request, call)
                 if call.activated_extensions:
                     await context.send_initial_metadata(_extension_metadata(call))
                 if encode is None:
                     return b""  # google.protobuf.Empty
-                if isinstance(result, Encoded):
+                if isinstance(result, Encoded) and not legacy:
                     result = SendMessageResponse.model_validate_json(result.data)
                 return encode(result)
             except A2AError as exc:
@@ -249,10 +295,21 @@ class GrpcBinding:
 
         return rpc
 
-    def _streaming(self, op: Operation) -> Callable[[bytes, Any], AsyncIterator[bytes]]:
-        decode = decoder(op.request)
+    def _streaming(
+        self,
+        op: Operation,
+        decode: Callable[[bytes], Any] | None = None,
+        encode_data: Callable[[bytes], bytes] | None = None,
+        check_version: Callable[[str | None], None] = _check_version,
+    ) -> Callable[[bytes, Any], AsyncIterator[bytes]]:
+        if decode is None:
+            decode = decoder(op.request)
         subscribe = op.name == "SubscribeToTask"
         handler_name = op.handler
+
+        def encode(item: tuple[int, Any, bytes]) -> bytes:
+            # 1.0: from the event object (compiled plans); 0.3: from the event's 1.0 JSON, through the codec.
+            return encode_event(item[1]) if encode_data is None else encode_data(item[2])
 
         async def rpc(data: bytes, context: Any) -> AsyncIterator[bytes]:
             items: Any = None
@@ -260,7 +317,7 @@ class GrpcBinding:
             first: tuple[int, Any, bytes] | None = None
             call: CallContext | None = None
             try:
-                request, call, metadata = await self._prepare(op, data, context, decode)
+                request, call, metadata = await self._prepare(op, data, context, decode, check_version)
                 if subscribe:
                     items = await self.handler.subscribe_to_task(request, call, _resume_point(metadata))
                 else:
@@ -282,10 +339,10 @@ class GrpcBinding:
             last = first[0]
             try:
                 await context.send_initial_metadata(((FIRST_EVENT_ID, str(last)), *_extension_metadata(call)))
-                yield encode_event(first[1])
-                async for seq, event, _data in items:
-                    yield encode_event(event)
-                    last = seq
+                yield encode(first)
+                async for item in items:
+                    yield encode(item)
+                    last = item[0]
             except A2AError as exc:
                 error = exc
             except Exception:
@@ -346,6 +403,7 @@ class GrpcServer:
         reflection: bool = True,
         health: bool = True,
         options: tuple[tuple[str, Any], ...] = (),
+        v03: bool | None = None,
     ) -> None:
         state = getattr(getattr(target, "state", None), "relaykit", None)
         a2a_server = state if state is not None else target
@@ -356,6 +414,8 @@ class GrpcServer:
             self.a2a_server = a2a_server
             handler = a2a_server.handler
         self.handler = handler
+        # A2A 0.3's service too (a2a.v1.A2AService), when the assembly serves 0.3 (its default) or when asked.
+        self.v03 = v03 if v03 is not None else "0.3" in getattr(self.a2a_server, "protocols", ())
         self.host = host
         self.port = port
         self.credentials = credentials
@@ -388,19 +448,26 @@ class GrpcServer:
         if self.a2a_server is not None:
             await self._ensure_started()
         server = grpc.aio.server(options=self._options)
-        server.add_generic_rpc_handlers((self.binding.generic_handler(),))
+        handlers = [self.binding.generic_handler()]
         services = [SERVICE_NAME]
+        if self.v03:
+            handlers.append(self.binding.v03_handler())
+            services.append(v03.SERVICE_NAME)
+        server.add_generic_rpc_handlers(tuple(handlers))
         if self._health_enabled:
             self.health = health.aio.HealthServicer()
             from grpc_health.v1 import health_pb2_grpc
 
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-            await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+            for name in services:
+                await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
             services.append(health.SERVICE_NAME)
         if self._reflection:
             # The reflection service answers from relaykit's private pool, which holds lf.a2a.v1; add the health and
             # reflection files to it so every listed service resolves.
+            if self.v03:
+                _add_file(v03_pb.DESCRIPTOR)
             _add_file(health_pb2.DESCRIPTOR)
             _add_file(_reflection_pb2.DESCRIPTOR)
             services.append(reflection.SERVICE_NAME)

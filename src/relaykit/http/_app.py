@@ -26,10 +26,15 @@ from email.utils import formatdate
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from relaykit._card import HTTP_JSON, JSONRPC, AgentCard
-from relaykit.assembly._assemble import assemble, build_card, http_interfaces
+from relaykit._card import HTTP_JSON, JSONRPC, AgentCard, AgentInterface
+from relaykit._openapi import OPENAPI_PATH, openapi_json
+from relaykit._v03 import VERSION as V03
+from relaykit._v03 import card_json
+from relaykit.assembly._assemble import PROTOCOLS, assemble, build_card, http_interfaces
 from relaykit.assembly._server import A2AServer
 from relaykit.auth._gate import Auth
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
@@ -73,7 +78,8 @@ class _RenderedCard:
     __slots__ = ("body", "etag", "headers")
 
     def __init__(self, card: AgentCard, max_age: int) -> None:
-        self.body = card.to_json()
+        # The 1.0 card, with the 0.3 members merged in when it lists a 0.3 interface (relaykit._v03._card).
+        self.body = card_json(card)
         self.etag = b'"' + hashlib.sha256(self.body).hexdigest()[:32].encode() + b'"'
         self.headers = [
             (b"etag", self.etag),
@@ -109,9 +115,15 @@ class _CardEndpoint:
     def _for_base(self, base: str) -> _RenderedCard:
         rendered = self._by_base.get(base)
         if rendered is None:
-            # The GRPC interface (a host:port of its own) stays as built; only the HTTP ones follow the request.
-            others = [i for i in self.card.supported_interfaces if i.protocol_binding not in (JSONRPC, HTTP_JSON)]
-            update: dict[str, Any] = {"supported_interfaces": [*http_interfaces(base), *others]}
+            # The GRPC interfaces (a host:port of their own) stay as built; only the HTTP ones follow the request,
+            # for every protocol version the card lists, in its order.
+            interfaces: list[AgentInterface] = []
+            for interface in self.card.supported_interfaces:
+                if interface.protocol_binding == JSONRPC:
+                    interfaces.extend(http_interfaces(base, interface.protocol_version))
+                elif interface.protocol_binding != HTTP_JSON:
+                    interfaces.append(interface)
+            update: dict[str, Any] = {"supported_interfaces": interfaces}
             if self.signer is not None:
                 update["signatures"] = []
             card = self.card.model_copy(update=update)
@@ -265,12 +277,31 @@ class _App(Starlette):
         await super().__call__(scope, receive, send)
 
 
-def http_app(server: A2AServer, *, max_body: int = 10 * 1024 * 1024, keepalive: float = 15.0) -> Starlette:
+def _openapi_endpoint(card: AgentCard, public_url: str | None) -> Any:
+    """``GET /openapi.json`` (relaykit._openapi), built on first use: most apps are never asked for it."""
+    body: list[bytes] = []
+    # Without a public URL the server entry is relative ("."), which OpenAPI resolves against the document's own
+    # location, so a mounted app's description points at its mount path.
+    server_url = public_url or "."
+
+    async def endpoint(request: Request) -> Response:
+        if not body:
+            body.append(openapi_json(server_url=server_url, title=card.name, description=card.description))
+        return Response(body[0], media_type="application/json", headers={"access-control-allow-origin": "*"})
+
+    return endpoint
+
+
+def http_app(
+    server: A2AServer, *, max_body: int = 10 * 1024 * 1024, keepalive: float = 15.0, inspector: bool = False
+) -> Starlette:
     """The ASGI app serving ``server`` (``relaykit.assembly.assemble``) over JSON-RPC and HTTP+JSON, with its card,
-    health, readiness and push endpoints; ``app.state.relaykit`` is ``server``. ``create_app`` is assemble + this."""
+    health, readiness, push endpoints and ``GET /openapi.json``; ``inspector=True`` mounts the web inspector at
+    ``/inspector/``. ``app.state.relaykit`` is ``server``. ``create_app`` is assemble + this."""
     handler = server.handler
-    jsonrpc = _Guarded(server, JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive))
-    rest = _Guarded(server, RESTBinding(handler, max_body=max_body, keepalive=keepalive))
+    v03 = V03 in server.protocols
+    jsonrpc = _Guarded(server, JSONRPCBinding(handler, max_body=max_body, keepalive=keepalive, v03=v03))
+    rest = _Guarded(server, RESTBinding(handler, max_body=max_body, keepalive=keepalive, v03=v03))
     # JSON-RPC first: no other route matches POST / (the REST mount takes it only as a fallback), and _App calls
     # the first route directly for that request.
     rpc_route = Route("/", jsonrpc, methods=["POST"])
@@ -288,6 +319,11 @@ def http_app(server: A2AServer, *, max_body: int = 10 * 1024 * 1024, keepalive: 
     if server.push_sender is not None:
         status = PushStatusEndpoint(server.push_sender, server.engine, handler.auth)
         routes.append(Route(STATUS_PATH, _Guarded(server, status), methods=["GET"]))
+    routes.append(Route(OPENAPI_PATH, _openapi_endpoint(handler.card, server.public_url), methods=["GET", "HEAD"]))
+    if inspector:
+        from relaykit.inspector import inspector_routes
+
+        routes.extend(inspector_routes())
     routes.append(Mount("", app=rest))
     app = _App(routes=routes, lifespan=server.lifespan)
     app.rpc_route = rpc_route
@@ -296,7 +332,7 @@ def http_app(server: A2AServer, *, max_body: int = 10 * 1024 * 1024, keepalive: 
 
 
 def create_app(
-    executor: AgentExecutor,
+    executor: AgentExecutor | object,
     *,
     card: AgentCard | None = None,
     store: TaskStore | str = "memory",
@@ -330,15 +366,20 @@ def create_app(
     heartbeat: float | None = None,
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
+    protocols: str | Sequence[str] = PROTOCOLS,
     auth: Auth | None = None,
     card_signing_key: Any = None,
     card_key_id: str | None = None,
     push_secrets_key: str | bytes | Sequence[str | bytes] | None = None,
+    inspector: bool = False,
 ) -> Starlette:
-    """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root).
+    """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root), and
+    as an A2A 0.3 agent on the same endpoints (0.3 method names, ``/v1/…`` routes) unless ``protocols="1.0"``.
 
     The engine, stores, bus and push delivery are ``relaykit.assembly.assemble(executor, **options)``; this adds
-    the HTTP app over it (``max_body``: request bodies over it get 413; ``keepalive``: SSE keep-alive seconds).
+    the HTTP app over it (``max_body``: request bodies over it get 413; ``keepalive``: SSE keep-alive seconds;
+    ``inspector=True``: the web inspector, ``relaykit.inspector``, at ``/inspector/``). ``GET /openapi.json``
+    describes the HTTP+JSON binding (OpenAPI 3.1).
 
     >>> from relaykit import agent
     >>> from relaykit.http import create_app
@@ -379,5 +420,5 @@ def create_app(
     # Every option but the HTTP ones is assemble's, by the same name and default (tests/test_assembly.py checks the
     # two signatures agree), so they are passed on as they came.
     options = dict(locals())
-    del options["executor"], options["max_body"], options["keepalive"]
-    return http_app(assemble(executor, **options), max_body=max_body, keepalive=keepalive)
+    del options["executor"], options["max_body"], options["keepalive"], options["inspector"]
+    return http_app(assemble(executor, **options), max_body=max_body, keepalive=keepalive, inspector=inspector)

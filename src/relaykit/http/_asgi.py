@@ -5,10 +5,11 @@ one decode into core models, one handler call, one encode. Rules kept here once 
 
 * a body over the limit is refused with 413 before it is buffered (Content-Length checked first, then counted);
 * ``A2A-Version`` (header, or ``A2A-Version`` query parameter) must be ``1.0`` (a patch part is ignored); missing
-  means 0.3, which this server does not speak (digest §1) ⇒ VersionNotSupportedError;
+  means 0.3 (digest §1): served through the 0.3 codec (``relaykit._v03``) when the app speaks 0.3, otherwise
+  VersionNotSupportedError;
 * who is calling is decided by the server's one ``relaykit.auth.Auth`` (``authenticate``): headers, the TLS client
   certificate (``relaykit.http._tls``) and a principal a Starlette authentication middleware put in ``scope["user"]``
-  go in; a refusal is 401 with ``WWW-Authenticate`` (``auth_headers``);
+  go in; a refusal is 401 with ``WWW-Authenticate`` (``auth_headers``), whatever the protocol version;
 * SSE: every event carries ``id:`` (the task's event sequence), keep-alive comments go out while idle, and a client
   disconnect stops the stream and releases its tap, but never cancels the task.
 """
@@ -48,6 +49,7 @@ __all__ = [
     "call_context",
     "check_version",
     "read_body",
+    "request_version",
     "send_bytes",
     "stream_sse",
     "tag_request",
@@ -87,27 +89,39 @@ def query_params(scope: Scope) -> list[tuple[str, str]]:
 
 
 def check_version(scope: Scope) -> None:
-    """Enforce ``A2A-Version`` (header or query parameter)."""
+    """Enforce ``A2A-Version`` (header or query parameter): 1.0 only."""
+    request_version(scope, legacy=False)
+
+
+def request_version(scope: Scope, *, legacy: bool) -> str:
+    """The A2A version a request speaks: ``"1.0"``, or ``"0.3"`` when ``legacy`` (0.3 served) and the version is
+    absent (the 1.0 rule: absent means 0.3) or 0.3. Anything else is ``VersionNotSupportedError``."""
     value = header(scope, b"a2a-version")
     if value == b"1.0":
-        return  # what every 1.0 client sends
+        return "1.0"  # what every 1.0 client sends
     if value is None and scope.get("query_string"):
         for key, val in query_params(scope):
             if key.lower() == "a2a-version":
                 value = val.encode()
                 break
     text = (value or b"").decode("latin-1").strip()
+    supported = "1.0, 0.3" if legacy else "1.0"
     if not text:
+        if legacy:
+            return "0.3"
         raise VersionNotSupportedError(
             "missing A2A-Version header: this server speaks A2A 1.0 only (send A2A-Version: 1.0)",
             requested="0.3",
-            supported="1.0",
+            supported=supported,
         )
     major_minor = ".".join(text.split(".")[:2])
-    if major_minor not in SUPPORTED_VERSIONS:
-        raise VersionNotSupportedError(
-            f"A2A version {text} is not supported; this server speaks 1.0", requested=text, supported="1.0"
-        )
+    if major_minor in SUPPORTED_VERSIONS:
+        return "1.0"
+    if legacy and major_minor == "0.3":
+        return "0.3"
+    raise VersionNotSupportedError(
+        f"A2A version {text} is not supported; this server speaks {supported}", requested=text, supported=supported
+    )
 
 
 def check_json_content_type(scope: Scope, *, required: bool) -> None:

@@ -22,10 +22,12 @@ from relaykit._errors import (
     InvalidRequestError,
     JSONParseError,
     MethodNotFoundError,
+    VersionNotSupportedError,
     invalid_params,
 )
 from relaykit._methods import OPERATIONS_BY_NAME
 from relaykit._model import A2AModel, Encoded
+from relaykit._v03 import _rpc as v03
 from relaykit.http._asgi import (
     Receive,
     Scope,
@@ -34,11 +36,11 @@ from relaykit.http._asgi import (
     authenticate,
     call_context,
     check_json_content_type,
-    check_version,
     extension_headers,
     header,
     query_params,
     read_body,
+    request_version,
     send_bytes,
     stream_sse,
     tag_request,
@@ -71,10 +73,19 @@ def last_event_id(scope: Scope) -> int | None:
 class JSONRPCBinding:
     """The ASGI endpoint for JSON-RPC 2.0 requests."""
 
-    def __init__(self, handler: RequestHandler, *, max_body: int = 10 * 1024 * 1024, keepalive: float = 15.0) -> None:
+    def __init__(
+        self,
+        handler: RequestHandler,
+        *,
+        max_body: int = 10 * 1024 * 1024,
+        keepalive: float = 15.0,
+        v03: bool = False,
+    ) -> None:
         self.handler = handler
         self.max_body = max_body
         self.keepalive = keepalive
+        # Serve A2A 0.3 too: requests without A2A-Version (or with 0.3) go through the 0.3 codec.
+        self.v03 = v03
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         rid: Any = None
@@ -90,8 +101,12 @@ class JSONRPCBinding:
             rid, method, params = self._envelope(envelope)
             auth = self.handler.auth
             principal = await authenticate(scope, auth, "JSONRPC")
-            check_version(scope)
-            op = OPERATIONS_BY_NAME.get(method)
+            legacy = request_version(scope, legacy=self.v03) != "1.0"
+            if legacy:
+                # A2A 0.3 (digest §8): decoded into the 1.0 request here, encoded back as 0.3 below.
+                op, params = v03_rpc(method, params)
+            else:
+                op = OPERATIONS_BY_NAME.get(method)
             if op is None:
                 hint = (
                     " (A2A 0.3 method names are not served; use the 1.0 names, e.g. SendMessage)"
@@ -110,10 +125,13 @@ class JSONRPCBinding:
             call = call_context(scope, getattr(request, "tenant", ""), principal)
             self.handler.negotiate_extensions(call)
             if op.streaming:
-                await self._stream(scope, receive, send, op.name, op.handler, request, call, rid)
+                await self._stream(scope, receive, send, op.name, op.handler, request, call, rid, legacy)
                 return
             result = await self.handler.dispatch(op.handler, request, call)
-            data = result.to_json() if isinstance(result, A2AModel | Encoded) else _EMPTY
+            if legacy:
+                data = v03.encode_result(op.name, result)
+            else:
+                data = result.to_json() if isinstance(result, A2AModel | Encoded) else _EMPTY
             await send_bytes(send, 200, _result(rid, data), _JSON, extension_headers(call))
         except A2AError as exc:
             await self._error(send, rid, exc)
@@ -145,7 +163,16 @@ class JSONRPCBinding:
         return rid, method, params
 
     async def _stream(
-        self, scope: Scope, receive: Receive, send: Send, name: str, method: str, request: Any, call: Any, rid: Any
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        name: str,
+        method: str,
+        request: Any,
+        call: Any,
+        rid: Any,
+        legacy: bool = False,
     ) -> None:
         if name == "SubscribeToTask":
             items = await self.handler.subscribe_to_task(request, call, last_event_id(scope))
@@ -155,7 +182,11 @@ class JSONRPCBinding:
         first = await anext(items, None)
         prefix = b'{"jsonrpc":"2.0","id":' + pydantic_core.to_json(rid) + b',"result":'
 
+        encode = v03.encode_event if legacy else None
+
         def frame(seq: int, data: bytes) -> bytes:
+            if encode is not None:  # the 0.3 framing of the same stream
+                data = encode(data)
             return b"id: %d\ndata: %b%b}\n\n" % (seq, prefix, data)
 
         def error_frame(exc: A2AError) -> bytes:
@@ -177,6 +208,17 @@ class JSONRPCBinding:
         # auth refusals, which clients and proxies must see at the HTTP layer (401 + WWW-Authenticate, 403).
         status = exc.http_status if exc.http_status in (401, 403, 413) else 200
         await send_bytes(send, status, _error_body(rid, exc), _JSON, auth_headers(exc))
+
+
+def v03_rpc(method: str, params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """A 0.3 request's operation and 1.0 params; a 1.0 method name without A2A-Version keeps the 1.0 answer."""
+    if method in OPERATIONS_BY_NAME:
+        raise VersionNotSupportedError(
+            f"{method} is an A2A 1.0 method: send A2A-Version: 1.0 (a request without it is A2A 0.3)",
+            requested="0.3",
+            supported="1.0, 0.3",
+        )
+    return v03.decode_request(method, params)
 
 
 def _result(rid: Any, data: bytes) -> bytes:

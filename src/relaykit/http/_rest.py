@@ -27,6 +27,7 @@ from relaykit._errors import (
 )
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import A2AModel, Encoded
+from relaykit._v03 import _rest as v03
 from relaykit.http._asgi import (
     Receive,
     Scope,
@@ -39,6 +40,7 @@ from relaykit.http._asgi import (
     extension_headers,
     query_params,
     read_body,
+    request_version,
     send_bytes,
     stream_sse,
     tag_request,
@@ -51,6 +53,7 @@ __all__ = ["RESTBinding"]
 log = logging.getLogger("relaykit.rest")
 
 A2A_JSON = b"application/a2a+json"
+_JSON = b"application/json"  # 0.3's media type
 _SEGMENT = re.compile(r"\{(\w+)\}")
 # Fields whose query value is a list (ListTasks has none today; kept general for SendMessage-like GETs).
 _LIST_FIELDS: frozenset[str] = frozenset({"acceptedOutputModes"})
@@ -67,13 +70,15 @@ def _compile(path: str, tenant: bool) -> re.Pattern[str]:
 
 
 class _Route:
-    __slots__ = ("body", "method", "op", "pattern")
+    __slots__ = ("body", "decode", "method", "op", "pattern")
 
-    def __init__(self, op: Operation, method: str, pattern: re.Pattern[str], body: bool) -> None:
+    def __init__(self, op: Operation, method: str, pattern: re.Pattern[str], body: bool, decode: Any = None) -> None:
         self.op = op
         self.method = method
         self.pattern = pattern
         self.body = body
+        # A2A 0.3 routes: (params, path params) -> the 1.0 request dict (relaykit._v03._rest).
+        self.decode = decode
 
 
 def _routes() -> list[_Route]:
@@ -86,6 +91,10 @@ def _routes() -> list[_Route]:
     # Suffix routes (":cancel", ":subscribe") are listed before "/tasks/{id}" by construction of the patterns
     # ([^/:] never swallows the suffix), and un-tenanted paths are tried first.
     return plain + tenanted
+
+
+def _routes_v03() -> list[_Route]:
+    return [_Route(r.op, r.method, _compile(r.path, False), r.body, r.decode) for r in v03.ROUTES]
 
 
 def _query_to_params(scope: Scope) -> dict[str, Any]:
@@ -103,15 +112,24 @@ def _query_to_params(scope: Scope) -> dict[str, Any]:
 class RESTBinding:
     """The ASGI app for the HTTP+JSON binding (mount at the interface's URL)."""
 
-    def __init__(self, handler: RequestHandler, *, max_body: int = 10 * 1024 * 1024, keepalive: float = 15.0) -> None:
+    def __init__(
+        self,
+        handler: RequestHandler,
+        *,
+        max_body: int = 10 * 1024 * 1024,
+        keepalive: float = 15.0,
+        v03: bool = False,
+    ) -> None:
         self.handler = handler
         self.max_body = max_body
         self.keepalive = keepalive
         self.routes = _routes()
+        # A2A 0.3 too: a request under /v1/ without A2A-Version (or with 0.3) takes the 0.3 routes and codec.
+        self.routes_v03 = _routes_v03() if v03 else []
 
-    def match(self, method: str, path: str) -> tuple[_Route, dict[str, str]] | None:
+    def match(self, method: str, path: str, routes: list[_Route] | None = None) -> tuple[_Route, dict[str, str]] | None:
         allowed = False
-        for route in self.routes:
+        for route in self.routes if routes is None else routes:
             found = route.pattern.match(path)
             if found is None:
                 continue
@@ -123,18 +141,22 @@ class RESTBinding:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        legacy = False
         try:
             path = scope.get("path", "/")
             root = scope.get("root_path", "")
             if root and path.startswith(root):
                 path = path[len(root) :] or "/"
-            found = self.match(scope["method"], path)
+            # A 0.3 request (digest §8): a /v1/ path without a 1.0 version; with A2A-Version: 1.0, "v1" is a tenant.
+            legacy = bool(self.routes_v03) and path.startswith("/v1/") and request_version(scope, legacy=True) != "1.0"
+            found = self.match(scope["method"], path, self.routes_v03 if legacy else None)
             if found is None:
                 raise MethodNotFoundError(f"no A2A operation at {scope['method']} {path}", path=path)
             route, path_params = found
             auth = self.handler.auth
             principal = await authenticate(scope, auth, "HTTP+JSON")
-            check_version(scope)
+            if not legacy:
+                check_version(scope)
             params: dict[str, Any] = _query_to_params(scope) if route.method in ("GET", "DELETE") else {}
             if route.body:
                 body = await read_body(scope, receive, self.max_body)
@@ -148,7 +170,10 @@ class RESTBinding:
                     if not isinstance(decoded, dict):
                         raise InvalidParamsError("the request body must be a JSON object")
                     params = decoded
-            params.update(path_params)
+            if route.decode is not None:
+                params = route.decode(params, path_params)
+            else:
+                params.update(path_params)
             try:
                 request: A2AModel = route.op.request.__pydantic_validator__.validate_python(params)  # = model_validate
             except ValidationError as exc:
@@ -170,22 +195,25 @@ class RESTBinding:
                     send,
                     first,
                     items,
-                    _frame,
-                    _error_frame,
+                    _frame_v03 if legacy else _frame,
+                    _error_frame_v03 if legacy else _error_frame,
                     keepalive=self.keepalive,
                     extra_headers=extension_headers(call),
                 )
                 return
             result = await self.handler.dispatch(op.handler, request, call)
+            if legacy:
+                await send_bytes(send, 200, v03.encode_result(op.name, result), _JSON, extension_headers(call))
+                return
             data = result.to_json() if isinstance(result, A2AModel | Encoded) else b"{}"
             await send_bytes(send, 200, data, A2A_JSON, extension_headers(call))
         except A2AError as exc:
-            await _send_error(send, exc)
+            await _send_error(send, exc, legacy)
         except ConnectionError:
             return
         except Exception:
             log.exception("REST request failed")
-            await _send_error(send, InternalError())
+            await _send_error(send, InternalError(), legacy)
 
 
 def _frame(seq: int, data: bytes) -> bytes:
@@ -196,5 +224,17 @@ def _error_frame(exc: A2AError) -> bytes:
     return b"event: error\ndata: " + pydantic_core.to_json(exc.to_status()) + b"\n\n"
 
 
-async def _send_error(send: Send, exc: A2AError) -> None:
+def _frame_v03(seq: int, data: bytes) -> bytes:
+    return b"id: %d\ndata: %b\n\n" % (seq, v03.encode_event(data))
+
+
+def _error_frame_v03(exc: A2AError) -> bytes:
+    return b"event: error\ndata: " + v03.error_response(exc)[1] + b"\n\n"
+
+
+async def _send_error(send: Send, exc: A2AError, legacy: bool = False) -> None:
+    if legacy:
+        status, body = v03.error_response(exc)
+        await send_bytes(send, status, body, _JSON, auth_headers(exc))
+        return
     await send_bytes(send, exc.http_status, pydantic_core.to_json(exc.to_status()), A2A_JSON, auth_headers(exc))

@@ -44,6 +44,7 @@ from relaykit._types import (
     TaskStatusUpdateEvent,
     new_id,
 )
+from relaykit._v03 import push_body
 from relaykit.backends._base import (
     DeliveryHealth,
     DeliveryOutcome,
@@ -270,7 +271,8 @@ class PushSender:
             inline.task_id = task_id
             inline.tenant = active.tenant
             if not inline.id:
-                inline.id = new_id()
+                # A 0.3 client names a task's config by the task id (what 0.3 servers assigned).
+                inline.id = task_id if inline.protocol_version else new_id()
             await self.configs.put(inline.model_copy(), owner=active.owner)
         state = _state_of(event)
         if self.events == "state" and not self._state_changed(task_id, state):
@@ -281,14 +283,21 @@ class PushSender:
         if not configs:
             return
         now = time.time()
+        legacy: bytes | None = None
         for config in configs:
+            body = data
+            if config.protocol_version:
+                # A webhook registered over A2A 0.3 gets what 0.3 sends: the task as it stands, in the 0.3 shape.
+                if legacy is None and record is not None:
+                    legacy = push_body(record.task)
+                body = legacy if legacy is not None else data
             writer.add(
                 OutboxEntry(
                     event_id=uuid.uuid4().hex,
                     task_id=task_id,
                     config_id=config.id,
                     seq=seq,
-                    body=data,
+                    body=body,
                     tenant=active.tenant,
                     owner=active.owner,
                     created_at=now,
@@ -431,7 +440,8 @@ class PushSender:
 
     def headers(self, entry: OutboxEntry, config: TaskPushNotificationConfig) -> dict[str, str]:
         """The headers of one delivery attempt of ``entry`` to ``config``."""
-        headers = {"content-type": "application/a2a+json", EVENT_ID_HEADER: entry.event_id}
+        media = "application/json" if config.protocol_version else "application/a2a+json"
+        headers = {"content-type": media, EVENT_ID_HEADER: entry.event_id}
         auth = config.authentication
         if auth is not None and auth.scheme:
             headers["authorization"] = f"{auth.scheme} {auth.credentials}" if auth.credentials else auth.scheme

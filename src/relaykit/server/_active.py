@@ -16,7 +16,7 @@ from relaykit.backends._base import TaskRecord
 from relaykit.backends._bus import Tap
 from relaykit.server._context import CallContext, RequestContext
 
-__all__ = ["ActiveTask", "PendingRequest"]
+__all__ = ["ActiveTask", "PendingRequest", "visible"]
 
 
 class PendingRequest:
@@ -122,3 +122,11 @@ class ActiveTask:
     def task(self) -> Task | None:
         """The current task, or ``None`` before the agent created it."""
         return self.record.task if self.record is not None else None
+
+
+def visible(registry: dict[str, ActiveTask], task_id: str, tenant: str, owner: str) -> ActiveTask | None:
+    """The live task in ``registry`` as this caller may see it: one that exists (the agent created it) and is theirs."""
+    active = registry.get(task_id)
+    if active is None or active.task is None or active.tenant != tenant or active.owner != owner:
+        return None
+    return active

@@ -8,7 +8,11 @@ How a message travels (ARCHITECTURE §5):
 2. A worker takes the entry, **claims** the task in the store (the lease: one runner per task across replicas; the
    claim bumps the task's version, so a presumed-dead runner can no longer write), hands the message to its engine,
    and acknowledges the entry. Its engine runs the executor exactly as in one process, appending events to the
-   shared log.
+   shared log. The engine's writes go through ``Cluster.save``, which moves the claim in the same statement: the
+   write that stores the task interrupted or terminal releases it (unless another message for the task waits on
+   this worker), before that state is published. So once a caller learns the task needs input, no claim is left
+   to make its answer wait, on any replica. (An executor returns once it has interrupted the task; should it write
+   again, that write takes the claim back, or is refused if another worker took the task meanwhile.)
 3. The accepting replica relays that execution's events (streaming), or answers once it ends (blocking: the task as
    stored; returnImmediately: the first event).
 
@@ -102,7 +106,7 @@ class Cluster(Front):
         idempotency_window: float = 600.0,
         cancel_timeout: float = 30.0,
     ) -> None:
-        for method in ("claim", "release", "heartbeat", "retire", "orphans", "claimant"):
+        for method in ("claim", "release", "save_claimed", "heartbeat", "retire", "orphans", "claimant"):
             if not callable(getattr(engine.store, method, None)):
                 raise ValueError(
                     "the Redis bus needs a task store shared by the replicas, with claims: use postgresql://…"
@@ -230,6 +234,11 @@ class Cluster(Front):
                     return None
                 record = await self.store.get(task_id, tenant=tenant, owner=owner)
                 return Claim(record, self.id) if record is not None else None
+            if task_id in self.engine.registry:
+                # This process's execution of the task stored its outcome (which released the claim) and is
+                # finishing: the next message waits for its end (one execution at a time); a claim now would fence
+                # it off.
+                return None
             claim: Claim | None = await self.store.claim(task_id, self.id, tenant=tenant, owner=owner)
             if claim is not None:
                 self._generation += 1
@@ -252,6 +261,32 @@ class Cluster(Front):
                 log.warning("task %s: could not release the claim: %s", task_id, exc)
             self.held.pop(task_id, None)
         if not lock.locked():
+            self._locks.pop(task_id, None)
+
+    async def save(self, active: ActiveTask, record: TaskRecord) -> None:
+        """Write a task for the engine, moving this process's claim on it in the same statement: kept while the task
+        is active or another message for it waits here, released with an interrupted or terminal state."""
+        task_id = record.task.id
+        lock = self._lock(task_id)
+        async with lock:
+            registered = self.engine.registry.get(task_id)
+            if task_id not in self.held and registered is not active:
+                # Not claimed here (a cancel signal that arrived as the execution ended): a plain write, fenced by
+                # its version like any other.
+                await self.store.save(record)
+            elif record.task.status.state in _ACTIVE or (
+                registered is not None and (registered is not active or bool(registered.requests))
+            ):
+                # Held, or taken back by an execution that goes on after its outcome released it: the version
+                # matched, so nobody claimed the task in between.
+                await self.store.save_claimed(record, self.id)
+                if task_id not in self.held:
+                    self._generation += 1
+                    self.held[task_id] = self._generation
+            else:
+                await self.store.save_claimed(record, None)
+                self.held.pop(task_id, None)
+        if task_id not in self.held and not lock.locked():
             self._locks.pop(task_id, None)
 
     def _on_idle(self, active: ActiveTask) -> None:
@@ -323,7 +358,11 @@ class Cluster(Front):
                 return claim
             if await self.store.get(item.task_id, tenant=item.tenant, owner=item.owner) is None:
                 return None
-            await asyncio.sleep(delay)
+            local = self.engine.registry.get(item.task_id)
+            if local is not None and local.runner is not None:
+                await asyncio.wait({local.runner}, timeout=delay)  # this process's execution is finishing
+            else:
+                await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
 
     async def _take(self, item: WorkItem) -> None:

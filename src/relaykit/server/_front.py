@@ -39,8 +39,8 @@ from relaykit._types import (
 from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends.redis import RedisWorkQueue, WorkItem
 from relaykit.server._context import CallContext
-from relaykit.server._engine import accept_continuation
 from relaykit.server._readers import EventStream, StreamItem
+from relaykit.server._runner import accept_continuation
 
 log = logging.getLogger("relaykit.cluster")
 

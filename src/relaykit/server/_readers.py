@@ -1,4 +1,4 @@
-"""The reading side of the engine: streams of a send, subscriptions, resume from the replay ring, snapshots.
+"""The reading side of the engine: following a task's events, subscriptions, resume from the replay ring, snapshots.
 
 Rules (CONTRACT "SSE and resume"): a subscription starts with the Task snapshot (or exactly the events after a
 ``Last-Event-ID``) and ends at a terminal state; a send's stream ends when its execution ends; a reader that falls
@@ -13,10 +13,10 @@ from typing import Any
 
 from relaykit._errors import ResourceExhaustedError, TaskNotFoundError, UnsupportedOperationError
 from relaykit._state import INTERRUPTED, TERMINAL
-from relaykit._types import Message, SendMessageRequest, StreamResponse, Task, TaskStatusUpdateEvent
+from relaykit._types import Message, StreamResponse, Task, TaskStatusUpdateEvent
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import END, EventBus, Tap, TapOverflowError
-from relaykit.server._active import ActiveTask, PendingRequest
+from relaykit.server._active import ActiveTask, visible
 from relaykit.server._context import CallContext
 
 __all__ = ["EventStream", "Readers", "StreamItem"]
@@ -31,52 +31,12 @@ def copy_task(task: Task) -> Task:
 
 
 class Readers:
-    """Mixed into ``TaskEngine``: everything that reads a task's events."""
+    """Mixed into ``TaskEngine``: everything that reads a task's events (beside the layers that write them)."""
 
     registry: dict[str, ActiveTask]
     bus: EventBus
     store: TaskStore
     max_subscribers: int
-    cluster: Any
-
-    async def _admit(self, request: SendMessageRequest, call: CallContext, *, streaming: bool) -> PendingRequest:
-        raise NotImplementedError  # provided by TaskEngine
-
-    def stream(self, request: SendMessageRequest, call: CallContext | None = None) -> EventStream:
-        """SendStreamingMessage: the events of this message's execution, ending when it ends."""
-        holder = EventStream()
-        if self.cluster is not None:
-            holder.items = self.cluster.stream(request, call or CallContext(), holder)
-        else:
-            holder.items = self._stream(request, call or CallContext(), holder)
-        return holder
-
-    async def _stream(
-        self, request: SendMessageRequest, call: CallContext, holder: EventStream
-    ) -> AsyncGenerator[StreamItem, None]:
-        pending = await self._admit(request, call, streaming=True)
-        assert pending.started is not None
-        try:
-            tap = await pending.started
-            holder.tap = tap
-        except asyncio.CancelledError:
-            # The caller left before its execution began. The runner opens no tap for a caller that is gone
-            # (``started`` is cancelled then); if it already opened one, release it here, or it leaks (with its log).
-            if pending.tap is not None:
-                self.bus.close_tap(pending.tap)
-            raise
-        try:
-            tenant = request.tenant or call.tenant
-            async for item in self._follow(tap, until_terminal=False, tenant=tenant, owner=call.user):
-                yield item
-        finally:
-            self.bus.close_tap(tap)
-        done = pending.done
-        error = done.exception() if done.done() and not done.cancelled() else None
-        if error is not None:
-            # The execution ended without a task or a reply (the request itself failed): say so, rather than end
-            # the stream as if all went well.
-            raise error
 
     async def _follow(
         self, tap: Tap, *, until_terminal: bool, tenant: str, owner: str
@@ -128,12 +88,6 @@ class Readers:
             elif isinstance(event, Task) and event.status.state in TERMINAL:
                 return
 
-    def _visible(self, task_id: str, tenant: str, owner: str) -> ActiveTask | None:
-        active = self.registry.get(task_id)
-        if active is None or active.task is None or active.tenant != tenant or active.owner != owner:
-            return None
-        return active
-
     async def _settled(self, task_id: str, tenant: str, owner: str) -> tuple[TaskRecord | None, ActiveTask | None]:
         """The stored record and the live task, at a moment when no event is half-way between applied and published.
 
@@ -141,7 +95,7 @@ class Readers:
         """
         while True:
             record = await self.store.get(task_id, tenant=tenant, owner=owner)
-            active = self._visible(task_id, tenant, owner)
+            active = visible(self.registry, task_id, tenant, owner)
             if active is None or not active.emitting:
                 return record, active
             if active.emit_waiter is None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from relaykit.adapters._detect import as_executor, framework_of
 from relaykit.client import Client
 from relaykit.server._executor import AgentExecutor
 
@@ -41,8 +42,9 @@ _Item = bytes | BaseException | None
 
 
 def build_app(target: Any, *, public_url: str = DEFAULT_BASE_URL, **options: Any) -> Any:
-    """The ASGI app for ``target``: an ``AgentExecutor`` (instance or class) is served with ``create_app`` and a
-    memory store (``options`` go to ``create_app``); an app is returned as it is.
+    """The ASGI app for ``target``: an ``AgentExecutor`` (instance or class) or a framework's agent
+    (``relaykit.adapters``) is served with ``create_app`` and a memory store (``options`` go to ``create_app``); an
+    app is returned as it is.
 
     >>> from relaykit.testing import ScriptedAgent, complete
     >>> app = build_app(ScriptedAgent([complete("done")]))
@@ -51,6 +53,8 @@ def build_app(target: Any, *, public_url: str = DEFAULT_BASE_URL, **options: Any
     """
     if isinstance(target, type) and issubclass(target, AgentExecutor):
         target = target()
+    if framework_of(target) is not None:
+        target = as_executor(target)
     if isinstance(target, AgentExecutor):
         from relaykit.http._app import create_app
 

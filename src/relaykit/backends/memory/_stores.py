@@ -202,6 +202,14 @@ class MemoryTaskStore:
         if row is not None and row.worker == worker:
             row.worker = None
 
+    async def save_claimed(self, record: TaskRecord, worker: str | None) -> None:
+        if record.version == 0:
+            raise ValueError(
+                f"task {record.task.id}: a claimed task is stored already (save_claimed updates, never inserts)"
+            )
+        await self.save(record)  # no await inside: the write and the claim change are one step
+        self._rows[record.task.id].worker = worker
+
     async def claimant(self, task_id: str) -> str | None:
         row = self._rows.get(task_id)
         return row.worker if row is not None else None
@@ -240,7 +248,7 @@ class MemoryPushConfigStore:
         return bool(self._configs)
 
     async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
-        self._configs.setdefault((config.tenant, owner, config.task_id), {})[config.id] = config.to_json()
+        self._configs.setdefault((config.tenant, owner, config.task_id), {})[config.id] = config.to_record()
 
     async def get(
         self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous"

@@ -44,7 +44,7 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   ``<namespace>_workers`` holds each worker's heartbeat expiry. Liveness is judged on the database clock
   (``expires_at > now()``), never a replica's, so clock skew between replicas cannot make a live worker look
   dead. ``claim`` is one statement (the row locked, the holder's liveness checked, the claim written, the version
-  bumped); ``save`` leaves the column alone.
+  bumped); ``save`` leaves the column alone; ``save_claimed`` sets it in the update that writes the task.
 
 Modules: this one states the invariants and exports the public names; ``_db`` the pool, the guard, outage mapping
 and administration (``upgrade``, ``drop_namespace``); ``_schema`` the schema version and migrations; ``_tasks``

@@ -55,7 +55,7 @@ class PostgresPushConfigStore(AttachedStore[Database]):
     async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
         if has_nul(config.tenant, owner, config.task_id, config.id):
             raise ValueError("the PostgreSQL store cannot hold a push config id or scope containing NUL")
-        body = config.to_json()
+        body = config.to_record()
 
         async def job(conn: Any) -> None:
             await conn.execute(self._sql_put, config.tenant, owner, config.task_id, config.id, body)

@@ -71,6 +71,11 @@ class PostgresTaskStore(AttachedStore[Database]):
             f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9 "
             "WHERE id = $1 AND tenant = $2 AND owner = $3 AND version = $10"
         )
+        # The claimant's write (save_claimed): the same update, moving the claim with it.
+        self._sql_update_claimed = (
+            f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9, "
+            "worker = $11 WHERE id = $1 AND tenant = $2 AND owner = $3 AND version = $10"
+        )
         self._sql_delete = f"DELETE FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3"
         self._sql_active = f"SELECT id, body FROM {t} WHERE state = ANY($1::text[]) FOR UPDATE"
         self._sql_fail = (
@@ -146,24 +151,28 @@ class PostgresTaskStore(AttachedStore[Database]):
             return None
         return TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]), int(row[2]))
 
-    async def save(self, record: TaskRecord) -> None:
+    @staticmethod
+    def _row(record: TaskRecord) -> tuple[Any, ...]:
+        """The parameters $1-$9 of the insert and the updates."""
         # Everything is read and encoded now: the caller may keep mutating the task while the write is in flight.
         task = record.task
-        task_id, version = task.id, record.version
-        if has_nul(task_id, record.tenant, record.owner, task.context_id):
+        if has_nul(task.id, record.tenant, record.owner, task.context_id):
             raise ValueError("the PostgreSQL store cannot hold a task id, context id or scope containing NUL")
-        body = record.body if record.body is not None else task.to_json()
-        args = (
-            task_id,
+        return (
+            task.id,
             record.tenant,
             record.owner,
             task.context_id,
             task.status.state.value,
             sort_key(task)[0],
-            version + 1,
+            record.version + 1,
             record.event_seq,
-            body,
+            record.body if record.body is not None else task.to_json(),
         )
+
+    async def save(self, record: TaskRecord) -> None:
+        task_id, version = record.task.id, record.version
+        args = self._row(record)
 
         if version == 0:
 
@@ -332,6 +341,21 @@ class PostgresTaskStore(AttachedStore[Database]):
             await conn.execute(self._sql_release, task_id, worker)
 
         await self._db.run(job)
+
+    async def save_claimed(self, record: TaskRecord, worker: str | None) -> None:
+        task_id, version = record.task.id, record.version
+        if version == 0:
+            raise ValueError(f"task {task_id}: a claimed task is stored already (save_claimed updates, never inserts)")
+        if worker is not None and has_nul(worker):
+            raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
+        args = self._row(record)
+
+        async def job(conn: Any) -> str:
+            return str(await conn.execute(self._sql_update_claimed, *args, version, worker))
+
+        if rowcount(await self._db.run(job)) != 1:
+            raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
+        record.version = version + 1
 
     async def claimant(self, task_id: str) -> str | None:
         if has_nul(task_id):

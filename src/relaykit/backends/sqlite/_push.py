@@ -55,7 +55,7 @@ class SQLitePushConfigStore(AttachedStore[Database]):
         return await self._db.run(job)
 
     async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
-        body = config.to_json()
+        body = config.to_record()
         scope = (config.tenant, owner, config.task_id)
 
         def job(conn: sqlite3.Connection) -> None:

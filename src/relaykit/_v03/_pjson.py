@@ -1,0 +1,279 @@
+"""A2A 0.3 protobuf shapes, as ProtoJSON dicts, to and from A2A 1.0 ProtoJSON dicts: the HTTP+JSON binding of 0.3
+(its bodies are the ProtoJSON of the 0.3 proto, package ``a2a.v1``) and, through ``json_format``, its gRPC binding.
+
+Where the 0.3 proto differs from 1.0 (digest §8): a message's parts are ``content``; a part is ``text`` |
+``file{fileWithUri|fileWithBytes, mimeType}`` | ``data{data}`` (no part metadata or file name: those are dropped);
+``TASK_STATE_CANCELLED``; a status update carries ``final``; the send configuration has ``pushNotification`` and
+``blocking`` (proto3: absent means false, so a configuration without it asks for an immediate answer); push
+configs are resources named ``tasks/{id}/pushNotificationConfigs/{configId}`` whose authentication lists
+``schemes``; requests name tasks as ``tasks/{id}``. Inputs accept the ProtoJSON field names and the proto names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relaykit._v03._json import FINAL_STATES, history_in
+
+__all__ = [
+    "config_in",
+    "config_out",
+    "message_in",
+    "message_out",
+    "resource_id",
+    "send_request_in",
+    "send_request_out",
+    "stream_in",
+    "stream_out",
+    "task_in",
+    "task_out",
+]
+
+Json = dict[str, Any]
+_CANCELED, _CANCELLED = "TASK_STATE_CANCELED", "TASK_STATE_CANCELLED"
+
+
+def _get(data: Json, *names: str) -> Any:
+    for name in names:
+        if name in data:
+            return data[name]
+    return None
+
+
+# --- 1.0 ⇒ 0.3 ---------------------------------------------------------------------------------------------
+
+
+def part_out(part: Json) -> Json:
+    if "text" in part:
+        return {"text": part["text"]}
+    if "raw" in part or "url" in part:
+        file: Json = {"fileWithBytes": part["raw"]} if "raw" in part else {"fileWithUri": part["url"]}
+        if part.get("mediaType"):
+            file["mimeType"] = part["mediaType"]
+        return {"file": file}
+    data = part.get("data")
+    return {"data": {"data": data if isinstance(data, dict) else {"value": data}}}
+
+
+def message_out(message: Json) -> Json:
+    out = {k: v for k, v in message.items() if k not in ("parts", "referenceTaskIds")}
+    out["content"] = [part_out(p) for p in message.get("parts", ())]
+    return out
+
+
+def _artifact_out(artifact: Json) -> Json:
+    out = dict(artifact)
+    out["parts"] = [part_out(p) for p in artifact.get("parts", ())]
+    return out
+
+
+def _status_out(status: Json) -> Json:
+    out = dict(status)
+    if status.get("state") == _CANCELED:
+        out["state"] = _CANCELLED
+    if status.get("message") is not None:
+        out["message"] = message_out(status["message"])
+    return out
+
+
+def task_out(task: Json) -> Json:
+    out = dict(task)
+    out["status"] = _status_out(task["status"])
+    if "artifacts" in task:
+        out["artifacts"] = [_artifact_out(a) for a in task["artifacts"]]
+    if "history" in task:
+        out["history"] = [message_out(m) for m in task["history"]]
+    return out
+
+
+def stream_out(response: Json) -> Json:
+    """A 1.0 StreamResponse / SendMessageResponse dict as the 0.3 one (``final`` on status updates)."""
+    if "artifactUpdate" in response:
+        event = dict(response["artifactUpdate"])
+        event["artifact"] = _artifact_out(event["artifact"])
+        return {"artifactUpdate": event}
+    if "statusUpdate" in response:
+        event = dict(response["statusUpdate"])
+        event["final"] = event["status"].get("state") in FINAL_STATES
+        event["status"] = _status_out(event["status"])
+        return {"statusUpdate": event}
+    if "task" in response:
+        return {"task": task_out(response["task"])}
+    return {"message": message_out(response["message"])}
+
+
+def config_out(config: Json) -> Json:
+    """A 1.0 TaskPushNotificationConfig as the 0.3 resource."""
+    inner: Json = {"url": config.get("url", "")}
+    for key in ("id", "token"):
+        if config.get(key):
+            inner[key] = config[key]
+    auth = config.get("authentication")
+    if auth:
+        inner["authentication"] = {"schemes": [auth["scheme"]] if auth.get("scheme") else []}
+        if auth.get("credentials"):
+            inner["authentication"]["credentials"] = auth["credentials"]
+    name = f"tasks/{config.get('taskId', '')}/pushNotificationConfigs/{config.get('id', '')}"
+    return {"name": name, "pushNotificationConfig": inner}
+
+
+def send_request_out(request: Json) -> Json:
+    """A 1.0 SendMessageRequest dict as the 0.3 one (client side)."""
+    out: Json = {"message": message_out(request["message"])}
+    config = request.get("configuration") or {}
+    conf: Json = {"blocking": not config.get("returnImmediately", False)}
+    if config.get("acceptedOutputModes"):
+        conf["acceptedOutputModes"] = config["acceptedOutputModes"]
+    if config.get("historyLength"):
+        conf["historyLength"] = config["historyLength"]
+    if config.get("taskPushNotificationConfig"):
+        conf["pushNotification"] = config_out(config["taskPushNotificationConfig"])["pushNotificationConfig"]
+    out["configuration"] = conf
+    if request.get("metadata") is not None:
+        out["metadata"] = request["metadata"]
+    return out
+
+
+# --- 0.3 ⇒ 1.0 ---------------------------------------------------------------------------------------------
+
+
+def _obj(value: Any) -> Json:
+    return value if isinstance(value, dict) else {}
+
+
+def part_in(part: Any) -> Any:
+    if not isinstance(part, dict):
+        return part
+    if "text" in part:
+        return {"text": part["text"]}
+    if "file" in part:
+        file = _obj(part["file"])
+        raw = _get(file, "fileWithBytes", "file_with_bytes")
+        out: Json = {"raw": raw} if raw is not None else {"url": _get(file, "fileWithUri", "file_with_uri")}
+        mime = _get(file, "mimeType", "mime_type")
+        if mime:
+            out["mediaType"] = mime
+        return out
+    if "data" in part:
+        return {"data": _obj(part["data"]).get("data", {})}
+    return {}
+
+
+def message_in(message: Any) -> Any:
+    if not isinstance(message, dict):
+        return message
+    out: Json = {}
+    for key, value in message.items():
+        if key in ("content", "parts"):
+            out["parts"] = [part_in(p) for p in value] if isinstance(value, list) else value
+        elif key in ("message_id", "context_id", "task_id"):
+            out[{"message_id": "messageId", "context_id": "contextId", "task_id": "taskId"}[key]] = value
+        else:
+            out[key] = value
+    return out
+
+
+def _status_in(status: Any) -> Any:
+    if not isinstance(status, dict):
+        return status
+    out = {k: v for k, v in status.items() if k != "update"}
+    if out.get("state") == _CANCELLED:
+        out["state"] = _CANCELED
+    message = _get(status, "message", "update")
+    if message is not None:
+        out["message"] = message_in(message)
+    return out
+
+
+def _artifact_in(artifact: Any) -> Any:
+    if not isinstance(artifact, dict):
+        return artifact
+    out = dict(artifact)
+    if isinstance(artifact.get("parts"), list):
+        out["parts"] = [part_in(p) for p in artifact["parts"]]
+    return out
+
+
+def task_in(task: Any) -> Any:
+    if not isinstance(task, dict):
+        return task
+    out = dict(task)
+    out["status"] = _status_in(task.get("status"))
+    if isinstance(task.get("artifacts"), list):
+        out["artifacts"] = [_artifact_in(a) for a in task["artifacts"]]
+    if isinstance(task.get("history"), list):
+        out["history"] = [message_in(m) for m in task["history"]]
+    return out
+
+
+def stream_in(response: Json) -> Json:
+    """A 0.3 StreamResponse / SendMessageResponse dict as the 1.0 one."""
+    update = _get(response, "statusUpdate", "status_update")
+    if update is not None:
+        event = {k: v for k, v in _obj(update).items() if k != "final"}
+        event["status"] = _status_in(event.get("status"))
+        return {"statusUpdate": event}
+    update = _get(response, "artifactUpdate", "artifact_update")
+    if update is not None:
+        event = dict(_obj(update))
+        event["artifact"] = _artifact_in(event.get("artifact"))
+        return {"artifactUpdate": event}
+    message = _get(response, "message", "msg")
+    if message is not None:
+        return {"message": message_in(message)}
+    return {"task": task_in(response.get("task"))}
+
+
+def resource_id(name: Any, collection: str = "tasks") -> str:
+    """The id in a resource name: ``tasks/abc`` ⇒ ``abc`` (a bare id is returned unchanged)."""
+    text = str(name or "")
+    prefix = collection + "/"
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def config_in(config: Any, task_id: str = "", config_id: str = "") -> Json:
+    """A 0.3 TaskPushNotificationConfig resource (or bare PushNotificationConfig) as the 1.0 config."""
+    data = _obj(config)
+    inner = (
+        _obj(_get(data, "pushNotificationConfig", "push_notification_config"))
+        if "name" in data or ("pushNotificationConfig" in data or "push_notification_config" in data)
+        else data
+    )
+    name = str(data.get("name") or "")
+    if name.startswith("tasks/"):
+        parts = name.split("/")
+        task_id = task_id or parts[1]
+        if len(parts) >= 4:
+            config_id = config_id or parts[3]
+    out: Json = {"taskId": task_id, "url": inner.get("url")}
+    out["id"] = inner.get("id") or config_id or task_id
+    if inner.get("token"):
+        out["token"] = inner["token"]
+    auth = inner.get("authentication")
+    if isinstance(auth, dict):
+        schemes = auth.get("schemes") or []
+        out["authentication"] = {"scheme": schemes[0] if schemes else ""}
+        if auth.get("credentials"):
+            out["authentication"]["credentials"] = auth["credentials"]
+    return out
+
+
+def send_request_in(body: Json) -> Json:
+    """A 0.3 SendMessageRequest dict as the 1.0 one (``blocking`` absent in a configuration means false)."""
+    out: Json = {"message": message_in(_get(body, "message", "request"))}
+    config = body.get("configuration")
+    if isinstance(config, dict):
+        conf: Json = {"returnImmediately": not config.get("blocking", False)}
+        modes = _get(config, "acceptedOutputModes", "accepted_output_modes")
+        if modes:
+            conf["acceptedOutputModes"] = modes
+        history = history_in(_get(config, "historyLength", "history_length"))
+        if history is not None:
+            conf["historyLength"] = history
+        push = _get(config, "pushNotification", "push_notification")
+        if isinstance(push, dict) and push.get("url"):
+            conf["taskPushNotificationConfig"] = config_in(push)
+        out["configuration"] = conf
+    if body.get("metadata") is not None:
+        out["metadata"] = body["metadata"]
+    return out

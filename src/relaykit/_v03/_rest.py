@@ -1,0 +1,235 @@
+"""The HTTP+JSON binding of A2A 0.3: its ``/v1/…`` routes mapped onto the one operation table, bodies translated
+(``_pjson``), errors in 0.3's form.
+
+Routes (spec v0.3.0 §3.5.6 and the proto's HTTP annotations): ``POST /v1/message:send``, ``POST /v1/message:stream``,
+``GET /v1/tasks/{id}``, ``POST /v1/tasks/{id}:cancel``, ``GET|POST /v1/tasks/{id}:subscribe``,
+``POST|GET /v1/tasks/{id}/pushNotificationConfigs``, ``GET|DELETE /v1/tasks/{id}/pushNotificationConfigs/{configId}``,
+``GET /v1/card``. Path variables win over the body.
+
+Errors: the status 0.3 servers used (404 not found, 409 not cancelable, 501 push or operation unsupported,
+415 content type, 422 invalid params, 502 invalid agent response) with a JSON body ``{"code", "message", "data"}``:
+the JSON-RPC error object, so a client can tell the error classes apart beyond the status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pydantic_core
+
+from relaykit._card import AgentCard
+from relaykit._errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    InvalidAgentResponseError,
+    InvalidParamsError,
+    MethodNotFoundError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+    error_from_jsonrpc,
+)
+from relaykit._methods import OPERATIONS_BY_NAME, Operation
+from relaykit._model import A2AModel, Encoded
+from relaykit._v03 import _pjson as pj
+from relaykit._v03._card import card_in, card_json
+from relaykit._v03._json import history_in
+
+__all__ = [
+    "ROUTES",
+    "Route03",
+    "decode_error",
+    "decode_event",
+    "decode_response",
+    "encode_event",
+    "encode_result",
+    "error_response",
+    "request_target",
+    "status_for",
+]
+
+Json = dict[str, Any]
+MARK = "relaykitProtocolVersion"
+
+
+class Route03:
+    """One 0.3 route: verb, path template, the operation, and how its params become the 1.0 request dict."""
+
+    __slots__ = ("body", "decode", "method", "op", "path")
+
+    def __init__(self, method: str, path: str, op: str, body: bool, decode: Callable[[Json, Json], Json]) -> None:
+        self.method = method
+        self.path = path
+        self.op: Operation = OPERATIONS_BY_NAME[op]
+        self.body = body
+        self.decode = decode  # (body or query params, path params) -> 1.0 request dict
+
+
+def _send(params: Json, path: Json) -> Json:
+    out = pj.send_request_in(params)
+    push = (out.get("configuration") or {}).get("taskPushNotificationConfig")
+    if push is not None:
+        push[MARK] = "0.3"
+    return out
+
+
+def _get_task(params: Json, path: Json) -> Json:
+    text = str(params.get("historyLength") or "")
+    return {"id": path["id"], "historyLength": history_in(int(text)) if text.isdigit() else None}
+
+
+def _create_config(params: Json, path: Json) -> Json:
+    # Body: CreateTaskPushNotificationConfigRequest {parent, configId, config}; a bare config is accepted too.
+    config = params.get("config", params)
+    config_id = str(params.get("configId") or params.get("config_id") or "")
+    return {**pj.config_in(config, task_id=path["id"], config_id=config_id), "taskId": path["id"], MARK: "0.3"}
+
+
+ROUTES: tuple[Route03, ...] = (
+    Route03("POST", "/v1/message:send", "SendMessage", True, _send),
+    Route03("POST", "/v1/message:stream", "SendStreamingMessage", True, _send),
+    Route03("POST", "/v1/tasks/{id}:cancel", "CancelTask", True, lambda p, path: {"id": path["id"]}),
+    Route03("GET", "/v1/tasks/{id}:subscribe", "SubscribeToTask", False, lambda p, path: {"id": path["id"]}),
+    Route03("POST", "/v1/tasks/{id}:subscribe", "SubscribeToTask", True, lambda p, path: {"id": path["id"]}),
+    Route03("GET", "/v1/tasks/{id}", "GetTask", False, _get_task),
+    Route03("POST", "/v1/tasks/{id}/pushNotificationConfigs", "CreateTaskPushNotificationConfig", True, _create_config),
+    Route03(
+        "GET",
+        "/v1/tasks/{id}/pushNotificationConfigs",
+        "ListTaskPushNotificationConfigs",
+        False,
+        lambda p, path: {"taskId": path["id"]},
+    ),
+    Route03(
+        "GET",
+        "/v1/tasks/{id}/pushNotificationConfigs/{configId}",
+        "GetTaskPushNotificationConfig",
+        False,
+        lambda p, path: {"taskId": path["id"], "id": path["configId"]},
+    ),
+    Route03(
+        "DELETE",
+        "/v1/tasks/{id}/pushNotificationConfigs/{configId}",
+        "DeleteTaskPushNotificationConfig",
+        False,
+        lambda p, path: {"taskId": path["id"], "id": path["configId"]},
+    ),
+    Route03("GET", "/v1/card", "GetExtendedAgentCard", False, lambda p, path: {}),
+)
+
+
+def _as_dict(result: Any) -> Any:
+    if isinstance(result, Encoded):
+        return pydantic_core.from_json(result.data)
+    if isinstance(result, A2AModel):
+        return result.to_dict()
+    return result
+
+
+def encode_result(op: str, result: Any) -> bytes:
+    """The 0.3 ProtoJSON body for a handler result of operation ``op``."""
+    if op == "GetExtendedAgentCard" and isinstance(result, AgentCard):
+        return card_json(result)
+    data = _as_dict(result)
+    out: Any
+    if op == "SendMessage":
+        out = pj.stream_out(data)
+    elif op in ("GetTask", "CancelTask"):
+        out = pj.task_out(data)
+    elif op in ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig"):
+        out = pj.config_out(data)
+    elif op == "ListTaskPushNotificationConfigs":
+        out = {"configs": [pj.config_out(c) for c in data.get("configs", ())]}
+    else:
+        out = data if data is not None else {}
+    return pydantic_core.to_json(out)
+
+
+def encode_event(data: bytes) -> bytes:
+    """One stream event: the 1.0 StreamResponse JSON in, the 0.3 StreamResponse JSON out."""
+    return pydantic_core.to_json(pj.stream_out(pydantic_core.from_json(data)))
+
+
+_STATUS = {-32001: 404, -32002: 409, -32003: 501, -32004: 501, -32005: 415, -32006: 502, -32007: 404, -32602: 422}
+
+
+def status_for(exc: A2AError) -> int:
+    """The HTTP status of an error on the 0.3 REST binding."""
+    return _STATUS.get(exc.code, exc.http_status)
+
+
+def error_response(exc: A2AError) -> tuple[int, bytes]:
+    """Status and body of an error on the 0.3 REST binding."""
+    return status_for(exc), pydantic_core.to_json(exc.to_jsonrpc())
+
+
+# --- client ------------------------------------------------------------------------------------------------
+
+
+def request_target(op: str, request: A2AModel) -> tuple[str, str, bytes | None, dict[str, str]]:
+    """The verb, path (under the interface URL), body and query of a 1.0 request on the 0.3 REST binding."""
+    data = request.to_dict()
+    if op in ("SendMessage", "SendStreamingMessage"):
+        verb = "send" if op == "SendMessage" else "stream"
+        return "POST", f"/v1/message:{verb}", pydantic_core.to_json(pj.send_request_out(data)), {}
+    if op == "GetTask":
+        query = {"historyLength": str(data["historyLength"] or 1)} if data.get("historyLength") is not None else {}
+        return "GET", f"/v1/tasks/{data['id']}", None, query
+    if op == "CancelTask":
+        return "POST", f"/v1/tasks/{data['id']}:cancel", pydantic_core.to_json({"name": f"tasks/{data['id']}"}), {}
+    if op == "SubscribeToTask":
+        return "GET", f"/v1/tasks/{data['id']}:subscribe", None, {}  # what 0.3 servers serve (the SDK: GET only)
+    if op == "CreateTaskPushNotificationConfig":
+        body = {"parent": f"tasks/{data['taskId']}", "configId": data.get("id", ""), "config": pj.config_out(data)}
+        return "POST", f"/v1/tasks/{data['taskId']}/pushNotificationConfigs", pydantic_core.to_json(body), {}
+    if op == "ListTaskPushNotificationConfigs":
+        return "GET", f"/v1/tasks/{data['taskId']}/pushNotificationConfigs", None, {}
+    if op in ("GetTaskPushNotificationConfig", "DeleteTaskPushNotificationConfig"):
+        verb = "GET" if op == "GetTaskPushNotificationConfig" else "DELETE"
+        return verb, f"/v1/tasks/{data['taskId']}/pushNotificationConfigs/{data['id']}", None, {}
+    if op == "GetExtendedAgentCard":
+        return "GET", "/v1/card", None, {}
+    raise MethodNotFoundError(f"{op} has no A2A 0.3 REST route", method=op)
+
+
+def decode_response(op: Operation, payload: Any) -> Any:
+    """A 0.3 REST response body as the 1.0 response model of ``op`` (``None`` for Empty)."""
+    if op.response is None:
+        return None
+    data = payload if isinstance(payload, dict) else {}
+    if op.name == "SendMessage":
+        return op.response.model_validate(pj.stream_in(data))
+    if op.name in ("GetTask", "CancelTask"):
+        return op.response.model_validate(pj.task_in(data))
+    if op.name == "ListTaskPushNotificationConfigs":
+        items = payload if isinstance(payload, list) else data.get("configs", [])
+        return op.response.model_validate({"configs": [pj.config_in(c) for c in items]})
+    if op.name == "GetExtendedAgentCard":
+        return op.response.model_validate(card_in(data))
+    return op.response.model_validate(pj.config_in(data))
+
+
+def decode_event(payload: Any) -> Json:
+    """One 0.3 REST stream event as the 1.0 StreamResponse dict."""
+    return pj.stream_in(payload if isinstance(payload, dict) else {})
+
+
+_BY_STATUS: dict[int, type[A2AError]] = {
+    404: TaskNotFoundError,
+    409: TaskNotCancelableError,
+    501: UnsupportedOperationError,
+    415: ContentTypeNotSupportedError,
+    422: InvalidParamsError,
+    502: InvalidAgentResponseError,
+}
+
+
+def decode_error(status: int, payload: Any) -> A2AError | None:
+    """A 0.3 REST error answer as its class: the JSON-RPC error object relaykit sends, else the status 0.3 servers
+    used (their bodies carry only ``message``). ``None``: not a 0.3 error body (the caller decides)."""
+    if isinstance(payload, dict) and isinstance(payload.get("code"), int):
+        return error_from_jsonrpc(payload)
+    if isinstance(payload, dict) and "message" in payload and status in _BY_STATUS:
+        return _BY_STATUS[status](str(payload["message"]))
+    return None

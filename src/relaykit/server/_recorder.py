@@ -1,0 +1,302 @@
+"""Recording and publishing: each event an execution publishes becomes the task's state, stored, then sent out.
+
+Invariants:
+
+* every event of an execution goes through ``_on_event`` in the executor's own coroutine: checked, applied by the
+  state machine, persisted (status changes and new tasks before they are published; artifact chunks coalesced and
+  flushed at checkpoints), then published once as encoded ``StreamResponse`` bytes;
+* the stored ``event_seq`` names the event published after that write, so a reader that starts from the stored task
+  resumes exactly after it;
+* writes are never torn by cancellation: a write in flight completes before the cancellation is honoured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from relaykit._errors import InvalidAgentResponseError
+from relaykit._model import utc_now
+from relaykit._state import TERMINAL, apply
+from relaykit._types import (
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+    new_id,
+    stream_json,
+)
+from relaykit.backends._base import TaskRecord, TaskStore
+from relaykit.backends._bus import EventBus
+from relaykit.server._active import ActiveTask, PendingRequest
+from relaykit.server._queue import Event
+from relaykit.server._readers import copy_task
+
+__all__ = ["Recorder"]
+
+log = logging.getLogger("relaykit.engine")
+
+_YIELD_INTERVAL = 0.010
+
+
+def _agent_message(text: str, task_id: str, context_id: str) -> Message:
+    return Message(
+        message_id=new_id(), role=Role.AGENT, parts=[Part(text=text)], task_id=task_id, context_id=context_id
+    )
+
+
+class Recorder:
+    """The bottom layer of ``TaskEngine``: folds events into the live task, writes it, publishes it. It calls only
+    the store, the bus and the push hook."""
+
+    store: TaskStore
+    bus: EventBus
+    # Scale-out (``server._cluster.Cluster``) or None: its ``save`` writes the task and keeps or releases this
+    # process's claim in the same statement.
+    cluster: Any
+    # Hook for push delivery: called with (active task, seq, event, data) after each publish.
+    on_event: Any
+    checkpoint_chunks: int
+    checkpoint_seconds: float
+    _sync_store: bool
+
+    async def _on_event(self, active: ActiveTask, pending: PendingRequest, event: Event) -> None:
+        if active.agent_error is not None:
+            raise active.agent_error
+        try:
+            await self._record(active, pending, event)
+        except InvalidAgentResponseError as exc:
+            active.agent_error = exc
+            raise
+
+    async def _record(self, active: ActiveTask, pending: PendingRequest, event: Event) -> None:
+        if isinstance(event, Message):
+            if active.task is not None or active.message_mode:
+                raise InvalidAgentResponseError(
+                    "a Message after the task was created, or a second Message: replies about a task are task events",
+                    task_id=active.task_id,
+                )
+            active.message_mode = True
+            if not event.context_id:
+                event.context_id = active.context_id
+            # A bare Message reply belongs to no task (the task id was only provisional).
+            event.task_id = ""
+            if active.provisional is not None:
+                # The accepting replica stored the task before the agent chose to reply with a Message: remove it.
+                provisional, active.provisional = active.provisional, None
+                await self.store.delete(provisional.task.id, tenant=provisional.tenant, owner=provisional.owner)
+            await self._emit(active, event, None, persist=False)
+            pending.resolve(pending.first, event)
+            return
+        if active.message_mode:
+            raise InvalidAgentResponseError("a task event after a Message reply", task_id=active.task_id)
+        event_task_id = event.id if isinstance(event, Task) else event.task_id
+        if event_task_id != active.task_id:
+            raise InvalidAgentResponseError(
+                f"event for task {event_task_id!r} published while executing task {active.task_id!r}"
+            )
+        if active.record is None:
+            await self._create(active, pending, event)
+            if isinstance(event, Task):
+                return
+        task = active.task
+        assert task is not None
+        if isinstance(event, TaskArtifactUpdateEvent):
+            apply(task, event)
+            active.chunks_since_flush += 1
+            now = time.monotonic()
+            flush = (
+                active.chunks_since_flush >= self.checkpoint_chunks
+                or now - active.last_flush >= self.checkpoint_seconds
+            )
+            await self._emit(active, event, None, persist=flush)
+        elif isinstance(event, TaskStatusUpdateEvent):
+            if event.context_id != active.context_id:
+                raise InvalidAgentResponseError(f"status event with contextId {event.context_id!r}")
+            event.status.timestamp = utc_now()
+            apply(task, event)
+            await self._emit(active, event, None, persist=True)
+        else:  # a Task object replacing the snapshot
+            if event.status.timestamp is None or event.status.state is not task.status.state:
+                event.status.timestamp = utc_now()
+            apply(task, event)
+            await self._emit(active, None, None, persist=True)
+        if not pending.first.done():
+            pending.resolve(pending.first, self._body(active))
+
+    async def _create(self, active: ActiveTask, pending: PendingRequest, event: Event | None) -> None:
+        message = pending.message
+        message.task_id = active.task_id
+        if isinstance(event, Task):
+            if event.context_id and event.context_id != active.context_id:
+                raise InvalidAgentResponseError(f"new task carries contextId {event.context_id!r}")
+            task = copy_task(event)
+            task.context_id = active.context_id
+            if not task.history:
+                task.history = [message]
+            if task.status.state is TaskState.UNSPECIFIED:
+                task.status.state = TaskState.SUBMITTED
+            task.status.timestamp = utc_now()
+        else:
+            # Exact values (ids are str, the message validated): what Task(...) would validate them to.
+            task = Task._trusted(
+                id=active.task_id,
+                context_id=active.context_id,
+                status=TaskStatus._trusted(state=TaskState.SUBMITTED, timestamp=utc_now()),
+                history=[message],
+            )
+        provisional, active.provisional = active.provisional, None
+        version = provisional.version if provisional is not None else 0  # write over the accepted row
+        active.record = TaskRecord(task, active.tenant, active.owner, version, self.bus.last_seq(active.task_id))
+        await self._emit(active, None, None, persist=True)
+        pending.resolve(pending.first, self._body(active))
+
+    def _base_seq(self, active: ActiveTask) -> int:
+        return active.record.event_seq if active.record is not None else 0
+
+    async def _emit(
+        self, active: ActiveTask, event: Any, data: bytes | None, *, persist: bool, body: bytes | None = None
+    ) -> int:
+        """Persist (when asked) and then publish one event. The stored ``event_seq`` names this very event, so a
+        subscriber that starts from the stored task resumes exactly after it.
+
+        ``event=None`` publishes the task itself: its bytes are the ones just persisted (or ``body``), and the event
+        object is a frozen copy, since readers look at it later while the live task keeps changing.
+        ``data=None`` leaves encoding to whoever needs the bytes (a live tap, the push hook, a replay).
+        """
+        record = active.record
+        active.emitting = True
+        base: int | None = None
+        try:
+            if persist and record is not None:
+                # The stored event_seq names the event being published now (the one after the log's newest).
+                base = self.bus.last_seq(active.task_id, record.event_seq)
+                record.event_seq = base + 1
+                await self._persist(active)
+            if event is None:
+                assert record is not None
+                if body is None:
+                    body = self._body(active)
+                data = stream_json(record.task, body)
+                terminal = record.task.status.state in TERMINAL
+                if self.on_event is not None or self.bus.tap_count(active.task_id) > 0:
+                    # Listeners get their own immutable copy: the live task keeps changing.
+                    event = Task.model_validate_json(body)
+                # else the replay ring keeps only the bytes; a later replay decodes them (rarely needed).
+                return await self._publish(active, event, data, terminal=terminal, base=base)
+            return await self._publish(active, event, data, base=base)
+        finally:
+            active.emitting = False
+            waiter = active.emit_waiter
+            if waiter is not None:
+                active.emit_waiter = None
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def _publish(
+        self,
+        active: ActiveTask,
+        event: Any,
+        data: bytes | None,
+        *,
+        terminal: bool | None = None,
+        base: int | None = None,
+    ) -> int:
+        if terminal is None:
+            terminal = isinstance(event, Message) or (
+                isinstance(event, TaskStatusUpdateEvent | Task) and event.status.state in TERMINAL
+            )
+        bus = self.bus
+        current = active.current
+        seq = await bus.publish(
+            active.task_id,
+            event,
+            data,
+            terminal=terminal,
+            base_seq=base if base is not None else self._base_seq(active),
+            execution=current.message.message_id if current is not None else "",
+        )
+        if active.record is not None:
+            active.record.event_seq = seq
+        if self.on_event is not None:
+            try:
+                await self.on_event(active, seq, event, data if data is not None else stream_json(event))
+            except Exception:
+                log.exception("task %s: event hook failed", active.task_id)
+        if bus.woke:
+            # A reader was waiting for this event. Let it run now for the first such event (so a stream's first event
+            # leaves at once, not after the agent's whole burst), then at most every 10 ms while the agent keeps
+            # publishing without awaiting anything: readers then take the burst in a few batched writes, and with
+            # many concurrent streams no runner hands the loop over after every single event.
+            now = time.monotonic()
+            if now - active.last_yield >= _YIELD_INTERVAL:
+                active.last_yield = now
+                await asyncio.sleep(0)
+        return seq
+
+    def _body(self, active: ActiveTask) -> bytes:
+        """The task's ProtoJSON: the bytes of its last write when nothing changed since, else freshly encoded."""
+        record = active.record
+        assert record is not None
+        if record.body is None or active.dirty or active.chunks_since_flush:
+            return record.task.to_json()
+        return record.body
+
+    async def _persist(self, active: ActiveTask) -> None:
+        record = active.record
+        if record is None:
+            return
+        active.dirty = False
+        active.chunks_since_flush = 0
+        active.last_flush = time.monotonic()
+        record.body = record.task.to_json()
+        if self.cluster is not None:
+            # Scale-out: the write also keeps or releases this process's claim on the task (Cluster.save), so an
+            # interrupted or finished task is unclaimed by the time its event is published.
+            write = asyncio.ensure_future(self.cluster.save(active, record))
+        elif self._sync_store:
+            await self.store.save(record)
+            return
+        else:
+            write = asyncio.ensure_future(self.store.save(record))
+        # Finish a write before honouring a cancellation, so a cancel never tears or forgets a write.
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await write
+            raise
+
+    async def _write_status(self, active: ActiveTask, state: TaskState, text: str) -> None:
+        task = active.task
+        if task is None:
+            return
+        event = TaskStatusUpdateEvent(
+            task_id=task.id,
+            context_id=task.context_id,
+            status=TaskStatus(state=state, message=_agent_message(text, task.id, task.context_id), timestamp=utc_now()),
+        )
+        apply(task, event)
+        await self._emit(active, event, None, persist=True)
+
+    async def _fail(self, active: ActiveTask, text: str) -> None:
+        task = active.task
+        if task is None:
+            pending = active.current
+            if active.message_mode or pending is None:
+                return
+            # Nothing was published yet, but the failure still belongs to a task (ARCHITECTURE §3: an exception in
+            # execute ⇒ task FAILED; CONTRACT "@agent": raising ⇒ FAILED): create it, then fail it.
+            await self._create(active, pending, None)
+            task = active.task
+            assert task is not None
+        if task.status.state in TERMINAL:
+            if active.dirty or active.chunks_since_flush:
+                await self._persist(active)
+            return
+        await self._write_status(active, TaskState.FAILED, text)

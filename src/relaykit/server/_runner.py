@@ -1,0 +1,351 @@
+"""Admission and the runner: a message joins its task's queue, and the task's one runner executes it.
+
+Invariants:
+
+* a message is admitted only while the engine accepts work, and to a task its caller can see that is not terminal
+  (``accept_continuation``); a task holds at most ``max_queued`` waiting messages and the process runs at most
+  ``max_concurrent`` runners: beyond that a request is refused at once, never queued without bound;
+* one runner per task processes its messages one at a time; many tasks run concurrently;
+* every execution ends in a terminal or interrupted state (an agent that returns with its task still active has
+  failed it), and its queue is closed;
+* when recording fails (the store refuses a write), the callers of the execution and of every waiting message get an
+  error, never an endless wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from typing import Any
+
+from relaykit._errors import (
+    InternalError,
+    InvalidAgentResponseError,
+    InvalidParamsError,
+    ResourceExhaustedError,
+    ServiceUnavailableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from relaykit._state import INTERRUPTED, TERMINAL
+from relaykit._types import Message, SendMessageRequest, Task, TaskState, new_id
+from relaykit.backends._base import TaskRecord
+from relaykit.server._active import ActiveTask, PendingRequest
+from relaykit.server._cancel import Cancellation
+from relaykit.server._context import CallContext, RequestContext
+from relaykit.server._queue import EventQueue
+
+__all__ = ["Runner", "accept_continuation"]
+
+log = logging.getLogger("relaykit.engine")
+
+
+_SAFE_FAILURE = "The agent failed while handling this task."
+
+
+class _NoDeadline:
+    """Stands in for ``asyncio.timeout(None)`` (which still costs a context manager per execution)."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    def expired(self) -> bool:
+        return False
+
+
+_NO_DEADLINE = _NoDeadline()
+_ACTIVE_STATES = (TaskState.SUBMITTED, TaskState.WORKING)
+
+
+def accept_continuation(message: Message, task_id: str, context_id: str, task: Task | None) -> None:
+    """The rules for a message to an existing task (the one in-process runner and the scale-out accepting side
+    share them): none to a terminal task, the context must match; the message joins the task's context."""
+    if task is not None and task.status.state in TERMINAL:
+        raise UnsupportedOperationError(
+            f"task {task.id} is {task.status.state.name}; terminal tasks take no more messages "
+            "(start a new task in the same context)",
+            task_id=task.id,
+        )
+    if message.context_id and message.context_id != context_id:
+        raise InvalidParamsError(
+            f"contextId {message.context_id!r} does not match task {task_id}'s context",
+            field_violations=[("message.contextId", "does not match the task's contextId")],
+        )
+    message.context_id = context_id
+
+
+class Runner(Cancellation):
+    """The layer of ``TaskEngine`` that admits messages and runs them; it cancels and records through the layers
+    below it."""
+
+    executor_timeout: float | None
+    max_concurrent: int
+    max_queued: int
+    # Told when this process stops running a task (scale-out: to release its claim).
+    on_idle: Any
+    _accepting: bool
+    _running: int
+    _idle: asyncio.Event
+
+    # --- admission ---------------------------------------------------------------------------------------
+
+    async def _admit(self, request: SendMessageRequest, call: CallContext, *, streaming: bool) -> PendingRequest:
+        if not self._accepting:
+            raise ServiceUnavailableError("server is shutting down; retry against another instance")
+        message = request.message
+        if not message.message_id:
+            raise InvalidParamsError(
+                "message.messageId is required", field_violations=[("message.messageId", "required")]
+            )
+        tenant = request.tenant or call.tenant
+        owner = call.user
+        if message.task_id:
+            active = self.registry.get(message.task_id)
+            if active is None or active.tenant != tenant or active.owner != owner:
+                record = await self.store.get(message.task_id, tenant=tenant, owner=owner)
+                if record is None:
+                    raise TaskNotFoundError(task_id=message.task_id)
+                active = self.registry.get(message.task_id)
+                if active is None:
+                    active = ActiveTask(record.task.id, record.task.context_id, tenant, owner, record)
+            accept_continuation(message, active.task_id, active.context_id, active.task)
+        else:
+            context_id = message.context_id or new_id()
+            message.context_id = context_id
+            active = ActiveTask(new_id(), context_id, tenant, owner, None)
+        pending = PendingRequest(message, request.configuration, request.metadata, call, streaming=streaming)
+        self._enqueue(active, pending)
+        return pending
+
+    def _enqueue(self, active: ActiveTask, pending: PendingRequest) -> None:
+        if len(active.requests) >= self.max_queued:
+            raise ResourceExhaustedError(
+                f"task {active.task_id} already has {self.max_queued} messages waiting; retry later"
+            )
+        if active.runner is None and self._running >= self.max_concurrent:
+            raise ResourceExhaustedError(
+                f"the server is running its limit of {self.max_concurrent} executions; retry later"
+            )
+        self.registry[active.task_id] = active
+        self._idle.clear()
+        active.requests.append(pending)
+        if active.runner is None:
+            self._running += 1
+            # The loop its futures were made on (get_running_loop costs a getpid system call each time).
+            loop = pending.done.get_loop()
+            active.runner = loop.create_task(self._run(active), name=f"relaykit-task-{active.task_id}")
+
+    def admit_claimed(
+        self,
+        request: SendMessageRequest,
+        call: CallContext,
+        record: TaskRecord,
+        *,
+        fresh: bool = False,
+        rerun: bool = False,
+    ) -> PendingRequest:
+        """Run a message taken from the work queue (scale-out) on a task this process has claimed.
+
+        ``record`` is the task as stored at the claim. ``fresh``: it is the SUBMITTED row the accepting replica
+        wrote for a new task (the execution treats the task as new). ``rerun``: the message is already in the
+        task's history (an idempotent executor re-running a lost worker's execution).
+        """
+        if not self._accepting:
+            raise ServiceUnavailableError("server is shutting down; retry against another instance")
+        task = record.task
+        active = self.registry.get(task.id)
+        if active is None:
+            if fresh:
+                active = ActiveTask(task.id, task.context_id, record.tenant, record.owner, None)
+                active.provisional = record
+            else:
+                active = ActiveTask(task.id, task.context_id, record.tenant, record.owner, record)
+        message = request.message
+        message.context_id = active.context_id
+        pending = PendingRequest(message, request.configuration, request.metadata, call)
+        pending.rerun = rerun
+        self._enqueue(active, pending)
+        return pending
+
+    # --- the runner --------------------------------------------------------------------------------------
+
+    async def _run(self, active: ActiveTask) -> None:
+        try:
+            while active.requests:
+                pending = active.requests.popleft()
+                task = active.task
+                if task is not None and task.status.state in TERMINAL:
+                    pending.reject(
+                        UnsupportedOperationError(
+                            f"task {task.id} became {task.status.state.name} while this message waited",
+                            task_id=task.id,
+                        )
+                    )
+                    continue
+                try:
+                    await self._execute(active, pending)
+                except Exception:
+                    # The engine itself failed (typically the store refused a write). Without this the callers of this
+                    # and every queued message would wait forever and the runner's exception would go unretrieved.
+                    # The live state may now differ from the store, so drop it: the next message starts from the store.
+                    log.exception("task %s: could not record the execution", active.task_id)
+                    self._abandon(active, pending)
+                    return
+        except asyncio.CancelledError:
+            # Shutdown: anything still running is failed so no task is left WORKING by a clean stop.
+            await self._finish_shutdown(active)
+        finally:
+            active.runner = None
+            self._running -= 1
+            if self.registry.get(active.task_id) is active:
+                del self.registry[active.task_id]
+            if not self.registry:
+                self._idle.set()
+            if self.on_idle is not None:
+                self.on_idle(active)
+
+    def _abandon(self, active: ActiveTask, pending: PendingRequest) -> None:
+        error = InternalError("the server could not record this task; try again")
+        for req in (pending, *active.requests):
+            req.reject(error)
+            if req.tap is not None:
+                req.tap.finish()
+        active.requests.clear()
+        active.current = None
+        active.context = None
+
+    async def _finish_shutdown(self, active: ActiveTask) -> None:
+        pending = active.current
+        task = active.task
+        try:
+            if task is not None and task.status.state not in TERMINAL and task.status.state not in INTERRUPTED:
+                await self._write_status(active, TaskState.FAILED, "server shutdown")
+        except Exception:
+            log.exception("could not mark task %s failed at shutdown", active.task_id)
+        if pending is not None:
+            if task is None and not active.message_mode:
+                # Nothing was published yet: the caller learns why there is no answer.
+                pending.reject(ServiceUnavailableError("server is shutting down"))
+            self._conclude(active, pending)
+
+    async def _execute(self, active: ActiveTask, pending: PendingRequest) -> None:
+        active.current = pending
+        active.last_yield = 0.0
+        active.agent_error = None
+        active.cancel_requested = False
+        active.execute_returned = False
+        active.message_mode = False
+        message = pending.message
+        task = active.task
+        body: bytes | None = None
+        if self._remote_bus:
+            # The shared log may be ahead of the stored task (chunks published before their checkpoint).
+            await self.bus.prepare(active.task_id, self._base_seq(active))
+        if task is not None:
+            # A continuation: the user's message joins the history now; it is persisted with the next status write.
+            message.task_id = task.id
+            if not pending.rerun:
+                task.history.append(message)
+                active.dirty = True
+            body = task.to_json()
+        context = RequestContext(
+            task_id=active.task_id,
+            context_id=active.context_id,
+            message=message,
+            task=Task.model_validate_json(body) if body is not None else None,
+            metadata=pending.metadata,
+            configuration=pending.configuration,
+            call=pending.call,
+        )
+        active.context = context
+        if pending.started is not None and not pending.started.done():
+            tap, _ = await self.bus.open(active.task_id, base_seq=self._base_seq(active))
+            pending.tap = tap
+            pending.resolve(pending.started, tap)
+            # Let the streaming caller reach its tap before the first event, so that event goes out at once.
+            await asyncio.sleep(0)
+        queue = EventQueue(functools.partial(self._on_event, active, pending))
+        # Only this deadline's expiry is an executor timeout: a TimeoutError the agent raises itself (an upstream call
+        # timing out) is an ordinary agent failure. (wait_for could not tell the two apart, and formatting the
+        # timeout message with ``executor_timeout=None`` raised, leaving the caller waiting forever.)
+        deadline = asyncio.timeout(self.executor_timeout) if self.executor_timeout is not None else _NO_DEADLINE
+        try:
+            if body is not None:
+                # Every task stream starts with the Task (spec §5.5); for a continuation, the current snapshot.
+                await self._emit(active, None, None, persist=False, body=body)
+                pending.resolve(pending.first, body)
+            try:
+                if deadline is _NO_DEADLINE:
+                    await self.executor.execute(context, queue)
+                else:
+                    async with deadline:
+                        await self.executor.execute(context, queue)
+            finally:
+                active.execute_returned = True
+        except asyncio.CancelledError:
+            queue.close()
+            if not active.cancel_requested:
+                raise
+            await self._after_cancel(active, context)
+        except Exception as exc:
+            queue.close()
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                log.warning("task %s: executor timed out after %ss", active.task_id, self.executor_timeout)
+                await self._fail(active, f"The agent did not finish within {self.executor_timeout:g} seconds.")
+            elif active.agent_error is not None or isinstance(exc, InvalidAgentResponseError):
+                reason = active.agent_error or exc
+                log.error("task %s: invalid agent output: %s", active.task_id, reason)
+                await self._fail(active, "The agent produced an invalid response.")
+            else:
+                log.exception("task %s: executor raised", active.task_id)
+                await self._fail(active, _SAFE_FAILURE)
+        else:
+            queue.close()
+            if active.agent_error is not None:
+                log.error("task %s: invalid agent output: %s", active.task_id, active.agent_error)
+                await self._fail(active, "The agent produced an invalid response.")
+            else:
+                await self._check_outcome(active)
+        self._conclude(active, pending)
+
+    def _conclude(self, active: ActiveTask, pending: PendingRequest) -> None:
+        task = active.task
+        if active.message_mode:
+            first = pending.first
+            # ``first`` is cancelled when a returnImmediately caller left; ``exception()`` would raise then.
+            reply = first.result() if first.done() and not first.cancelled() and first.exception() is None else None
+            if reply is not None:
+                pending.resolve(pending.done, reply)
+        elif task is not None:
+            body = self._body(active)
+            pending.resolve(pending.first, body)
+            pending.resolve(pending.done, body)
+        else:
+            pending.reject(InvalidAgentResponseError("the agent returned without replying"))
+        if pending.tap is not None:
+            pending.tap.finish()
+        active.current = None
+        active.context = None
+        if (task is not None and task.status.state in TERMINAL) or active.message_mode:
+            self.bus.forget(active.task_id)
+
+    async def _check_outcome(self, active: ActiveTask) -> None:
+        task = active.task
+        if active.message_mode:
+            return
+        if task is None:
+            log.error("task %s: the agent returned without publishing a Message or a Task", active.task_id)
+            return
+        if task.status.state in _ACTIVE_STATES:
+            log.error(
+                "task %s: the agent returned while the task was still %s",
+                active.task_id,
+                task.status.state.name,
+            )
+            await self._fail(active, "The agent stopped before finishing the task.")
+        elif active.dirty or active.chunks_since_flush:
+            await self._persist(active)

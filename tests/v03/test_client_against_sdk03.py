@@ -1,0 +1,153 @@
+"""relaykit's Client and CLI against an agent on the official a2a-sdk 0.3.26 (``sdk03_server.py``, run in the SDK's
+own environment), on each binding it offers: JSON-RPC, HTTP+JSON and gRPC.
+
+The client reads the 0.3 card, picks the 0.3 interface of the binding it is told to use, and the caller sees the
+1.0 models: send (task and bare message), get, stream, multi-turn input-required, cancel, subscribe (resubscribe;
+the SDK numbers no events, so resuming relies on de-duplication), push config set/get (and list/delete where the
+SDK serves them), and errors as the 1.0 error classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.servers import ServerProcess, free_port, start_process, stop_process
+
+from relaykit import Message, Task, TaskState
+from relaykit.client import Client
+from relaykit.errors import TaskNotCancelableError, TaskNotFoundError
+
+pytestmark = pytest.mark.interop
+
+SERVER = Path(__file__).with_name("sdk03_server.py")
+STEP = 20.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def sdk03_agent(sdk03: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    grpc_port = free_port()
+
+    def command(port: int) -> list[str]:
+        return [str(sdk03), str(SERVER), "--port", str(port), "--grpc-port", str(grpc_port)]
+
+    server = start_process(
+        command, tmp_path_factory.mktemp("sdk03-agent"), name="sdk03-agent", ready_path="/.well-known/agent-card.json"
+    )
+    yield server
+    stop_process(server.proc)
+
+
+@pytest.fixture(params=["JSONRPC", "HTTP+JSON", "GRPC"], ids=["jsonrpc", "rest", "grpc"])
+def binding(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def test_card_picks_the_03_interface(sdk03_agent: ServerProcess, binding: str) -> None:
+    async with Client(sdk03_agent.url, transports=[binding], timeout=STEP) as client:
+        assert client.interface is not None
+        assert client.interface.protocol_binding == binding
+        assert client.interface.protocol_version == "0.3.0"
+        assert getattr(client.transport, "v03", False) is True
+
+
+async def test_send_get_and_message(sdk03_agent: ServerProcess, binding: str) -> None:
+    async with Client(sdk03_agent.url, transports=[binding], timeout=STEP) as client, asyncio.timeout(STEP):
+        task = await client.send("hello")
+        assert isinstance(task, Task)
+        assert task.status.state is TaskState.COMPLETED
+        assert task.artifacts[0].text_content == "hello"
+        fetched = await client.get_task(task.id)
+        assert fetched.id == task.id
+        assert fetched.artifacts[0].text_content == "hello"
+        reply = await client.send("message hi")
+        assert isinstance(reply, Message)
+        assert reply.text == "you said: hi"
+
+
+async def test_stream(sdk03_agent: ServerProcess, binding: str) -> None:
+    async with Client(sdk03_agent.url, transports=[binding], timeout=STEP) as client, asyncio.timeout(STEP):
+        chunks: list[str] = []
+        last = None
+        async for event in client.stream("stream 4"):
+            last = event
+            artifact = getattr(event, "artifact", None)
+            if artifact is not None:
+                chunks.append(artifact.text_content)
+        assert chunks == [f"chunk {i}" for i in range(4)]
+        assert last is not None
+        assert last.status.state is TaskState.COMPLETED  # type: ignore[union-attr]
+
+
+async def test_multi_turn(sdk03_agent: ServerProcess, binding: str) -> None:
+    async with (
+        Client(sdk03_agent.url, transports=[binding], timeout=STEP, on_input_required=lambda task: "Ada") as client,
+        asyncio.timeout(STEP),
+    ):
+        assert await client.ask("ask me") == "got: Ada"
+
+
+async def test_cancel_and_errors(sdk03_agent: ServerProcess, binding: str) -> None:
+    async with Client(sdk03_agent.url, transports=[binding], timeout=STEP) as client, asyncio.timeout(STEP):
+        running = await client.send("slow 100", return_immediately=True)
+        assert isinstance(running, Task)
+        canceled = await client.cancel(running.id)
+        assert canceled.status.state is TaskState.CANCELED
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task("no-such-task")
+        if binding != "GRPC":  # the SDK's gRPC handler answers a repeated cancel with a generic status
+            with pytest.raises(TaskNotCancelableError):
+                await client.cancel(running.id)
+
+
+async def test_subscribe(sdk03_agent: ServerProcess, binding: str) -> None:
+    async with Client(sdk03_agent.url, transports=[binding], timeout=STEP) as client, asyncio.timeout(STEP):
+        running = await client.send("slow 5", return_immediately=True)
+        assert isinstance(running, Task)
+        texts: list[str] = []
+        final = None
+        async for event in client.subscribe(running.id):
+            final = event
+            artifact = getattr(event, "artifact", None)
+            if artifact is not None:
+                texts.append(artifact.text_content)
+        assert final is not None
+        assert final.status.state is TaskState.COMPLETED  # type: ignore[union-attr]
+        assert texts == sorted(set(texts), key=texts.index)  # each chunk once
+
+
+async def test_push_config(sdk03_agent: ServerProcess, binding: str) -> None:
+    async with Client(sdk03_agent.url, transports=[binding], timeout=STEP) as client, asyncio.timeout(STEP):
+        task = await client.send("slow 20", return_immediately=True)
+        assert isinstance(task, Task)
+        created = await client.create_push_config(task.id, "https://hooks.example.com/a2a", token="t1", config_id="c1")
+        assert (created.task_id, created.url, created.token) == (task.id, "https://hooks.example.com/a2a", "t1")
+        got = await client.get_push_config(task.id, "c1")
+        assert got.url == "https://hooks.example.com/a2a"
+        if binding == "JSONRPC":  # the SDK serves list/delete on JSON-RPC only
+            assert [c.id for c in await client.list_push_configs(task.id)] == ["c1"]
+            await client.delete_push_config(task.id, "c1")
+            assert await client.list_push_configs(task.id) == []
+        await client.cancel(task.id)
+
+
+def test_cli_send_and_get(sdk03_agent: ServerProcess) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "relaykit.cli", *args], capture_output=True, text=True, timeout=60, cwd=REPO
+        )
+
+    sent = cli("send", "--json", sdk03_agent.url, "hello from the cli")
+    assert sent.returncode == 0, sent.stderr
+    assert "hello from the cli" in sent.stdout
+    card = cli("card", sdk03_agent.url)
+    assert card.returncode == 0, card.stderr
+    assert "0.3" in card.stdout
+    missing = cli("get", sdk03_agent.url, "no-such-task")
+    assert missing.returncode == 1
+    assert "not found" in missing.stderr.lower()

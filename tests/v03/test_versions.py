@@ -1,0 +1,110 @@
+"""One switch and one task store for both versions, on real sockets.
+
+* ``--protocol 1.0`` turns 0.3 off: 0.3 JSON-RPC methods, the /v1 REST routes (without A2A-Version) and the 0.3 gRPC
+  service get VersionNotSupported / UNIMPLEMENTED, and the card has no 0.3 members;
+* a task is a task: one created over 0.3 is read, streamed and cancelled over 1.0, and the other way round, on
+  JSON-RPC, HTTP+JSON and gRPC (the 0.3 side spoken by relaykit's own client forced onto the 0.3 interfaces).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import grpc
+import httpx
+import pytest
+from support.servers import ServerProcess
+
+from relaykit import Task, TaskState
+from relaykit._card import AgentInterface
+from relaykit.client import Client
+from relaykit.client._transport import JSONRPCTransport, RESTTransport
+
+STEP = 20.0
+
+
+def _rpc(method: str, params: dict[str, object]) -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+def _message03(text: str, task_id: str | None = None) -> dict[str, object]:
+    message: dict[str, object] = {
+        "kind": "message",
+        "messageId": str(uuid.uuid4()),
+        "role": "user",
+        "parts": [{"kind": "text", "text": text}],
+    }
+    if task_id:
+        message["taskId"] = task_id
+    return message
+
+
+async def test_protocol_1_0_turns_0_3_off(only10_server: ServerProcess) -> None:
+    async with httpx.AsyncClient(base_url=only10_server.url, timeout=STEP) as http:
+        card = (await http.get("/.well-known/agent-card.json")).json()
+        assert {i["protocolVersion"] for i in card["supportedInterfaces"]} == {"1.0"}
+        assert "protocolVersion" not in card
+        answer = (await http.post("/", json=_rpc("message/send", {"message": _message03("hi")}))).json()
+        assert answer["error"]["code"] == -32009
+        rest = await http.post("/v1/message:send", json={"message": {"messageId": "m", "content": [{"text": "x"}]}})
+        assert rest.status_code == 400
+        assert rest.json()["error"]["details"][0]["reason"] == "VERSION_NOT_SUPPORTED"
+    async with grpc.aio.insecure_channel(only10_server.grpc_address) as channel:
+        call = channel.unary_unary("/a2a.v1.A2AService/GetTask")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await asyncio.wait_for(call(b""), STEP)
+        assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
+
+
+async def test_dual_stack_serves_both_on_jsonrpc(dual_server: ServerProcess) -> None:
+    async with httpx.AsyncClient(base_url=dual_server.url, timeout=STEP) as http:
+        card = (await http.get("/.well-known/agent-card.json")).json()
+        assert card["protocolVersion"] == "0.3.0"
+        assert {i["protocolVersion"] for i in card["supportedInterfaces"]} == {"1.0", "0.3"}
+        old = (await http.post("/", json=_rpc("message/send", {"message": _message03("hi")}))).json()["result"]
+        assert (old["kind"], old["status"]["state"]) == ("task", "completed")
+        new = await http.post("/", json=_rpc("GetTask", {"id": old["id"]}), headers={"A2A-Version": "1.0"})
+        assert new.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+def _client(server: ServerProcess, binding: str, version: str) -> Client:
+    """relaykit's client pinned to one interface of the dual-stack card (1.0, or 0.3 through the codec)."""
+    url = {"JSONRPC": server.url + "/", "HTTP+JSON": server.url, "GRPC": server.grpc_address}[binding]
+    interface = AgentInterface(url=url, protocol_binding=binding, protocol_version=version)
+    client = Client(server.url, timeout=STEP)
+    client.interface = interface
+    client._transport = client._make_transport(interface)  # the card would pick 1.0: force the version under test
+    return client
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON", "GRPC"], ids=["jsonrpc", "rest", "grpc"])
+@pytest.mark.parametrize("creator", ["0.3", "1.0"])
+async def test_a_task_is_a_task_across_versions(dual_server: ServerProcess, binding: str, creator: str) -> None:
+    other = "1.0" if creator == "0.3" else "0.3"
+    maker, reader = _client(dual_server, binding, creator), _client(dual_server, binding, other)
+    try:
+        async with asyncio.timeout(STEP):
+            if binding != "GRPC":
+                assert isinstance(maker.transport, JSONRPCTransport | RESTTransport)
+                assert maker.transport.v03 is (creator == "0.3")
+            done = await maker.send("hello across")
+            assert isinstance(done, Task)
+            seen = await reader.get_task(done.id)
+            assert seen.status.state is TaskState.COMPLETED
+            assert seen.artifacts[0].text_content == "hello across"
+            # streamed by the other version: a running task, subscribed to its end
+            running = await maker.send("slow 3", return_immediately=True)
+            assert isinstance(running, Task)
+            states = [getattr(e, "status", None) for e in [e async for e in reader.subscribe(running.id)]]
+            assert states[-1] is not None
+            assert states[-1].state is TaskState.COMPLETED
+            # cancelled by the other version
+            slow = await maker.send("slow 100", return_immediately=True)
+            assert isinstance(slow, Task)
+            canceled = await reader.cancel(slow.id)
+            assert canceled.status.state is TaskState.CANCELED
+            assert (await maker.get_task(slow.id)).status.state is TaskState.CANCELED
+    finally:
+        await maker.aclose()
+        await reader.aclose()
