@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
-from auth.agents import whoami
 from auth.conftest import pem, public_pem
+from auth.whoami_agent import whoami
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from relaykit._jws import canonical_card, sdk_canonical_card

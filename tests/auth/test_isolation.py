@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-from auth.agents import whoami
 from auth.conftest import AUDIENCE, BINDINGS, IdentityProvider, Served, T
+from auth.whoami_agent import whoami
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, BaseUser, SimpleUser
 from starlette.middleware import Middleware

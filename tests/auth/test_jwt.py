@@ -19,13 +19,13 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from auth.agents import whoami
 from auth.conftest import AUDIENCE, BINDINGS, IdentityProvider, Served, T, public_pem
+from auth.whoami_agent import whoami
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from relaykit import Task
 from relaykit.auth import Auth, JWTAuthenticator
-from relaykit.client import BearerAuth
+from relaykit.client import BearerAuth, parse_card
 from relaykit.errors import AuthenticationRequiredError
 
 
@@ -146,11 +146,12 @@ async def test_grpc_answers_unauthenticated(served: Served) -> None:
 
 async def test_the_card_describes_what_is_enforced(served: Served) -> None:
     async with httpx.AsyncClient(timeout=T) as http:
-        card = (await http.get(served.url + "/.well-known/agent-card.json")).json()
-    assert card["securitySchemes"] == {
+        card = parse_card((await http.get(served.url + "/.well-known/agent-card.json")).content)
+    # The 1.0 members (the served card also carries their 0.3 equivalents, for 0.3 clients).
+    assert card.to_dict()["securitySchemes"] == {
         "bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT"}}
     }
-    assert card["securityRequirements"] == [{"schemes": {"bearer": {}}}]
+    assert card.to_dict()["securityRequirements"] == [{"schemes": {"bearer": {}}}]
 
 
 async def test_rotated_keys_are_fetched_and_forged_kids_are_rate_limited(
@@ -186,8 +187,8 @@ async def test_oidc_discovery_finds_keys_and_issuer(agent: Callable[..., Any], i
         with pytest.raises(AuthenticationRequiredError):
             await bad.send("wrong issuer")
     async with httpx.AsyncClient(timeout=T) as http:
-        card = (await http.get(served.url + "/.well-known/agent-card.json")).json()
-    assert card["securitySchemes"] == {
+        card = parse_card((await http.get(served.url + "/.well-known/agent-card.json")).content)
+    assert card.to_dict()["securitySchemes"] == {
         "oidc": {"openIdConnectSecurityScheme": {"openIdConnectUrl": idp.url + "/.well-known/openid-configuration"}}
     }
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-from auth.agents import whoami
 from auth.conftest import BINDINGS, T
+from auth.whoami_agent import whoami
 
 from relaykit import Task
 from relaykit.auth import APIKeyAuthenticator, Auth, Principal

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from auth.agents import whoami
 from auth.conftest import T
+from auth.whoami_agent import whoami
 from client._net import MiniHTTP, Request, Response
 
 from relaykit import Task, TaskState

@@ -20,7 +20,7 @@ from relaykit import Task
 from relaykit.client import APIKeyAuth, BearerAuth, Client, parse_card, verify_card
 from relaykit.errors import AuthenticationRequiredError
 
-AGENT = "tests/auth/agents.py:whoami"
+AGENT = "tests/auth/whoami_agent.py:whoami"
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_the_served_card_is_signed_and_names_the_scheme(
 ) -> None:
     card_json = httpx.get(keyed.url + "/.well-known/agent-card.json", timeout=T).content
     card = parse_card(card_json)
-    assert json.loads(card_json)["securitySchemes"] == {
+    assert card.to_dict()["securitySchemes"] == {
         "apiKey": {"apiKeySecurityScheme": {"location": "header", "name": "X-API-Key"}}
     }
     verify_card(card, public_pem(card_key), algorithms=["ES256"])
@@ -145,7 +145,7 @@ def test_a_card_that_declares_an_unverified_scheme_refuses_to_start() -> None:
         security_schemes={"oauth": SecurityScheme.bearer("JWT")},
         security_requirements=[SecurityRequirement(schemes={"oauth": StringList()})],
     )
-    from auth.agents import whoami
+    from auth.whoami_agent import whoami
 
     with pytest.raises(ValueError, match="oauth"):
         create_app(whoami, card=card)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from auth.agents import whoami
 from auth.conftest import BINDINGS, Served, T, pem
+from auth.whoami_agent import whoami
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
