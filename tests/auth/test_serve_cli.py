@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from support.servers import ServerProcess, start_serve, stop_process
 
 from relaykit import Task
-from relaykit.client import APIKeyAuth, BearerAuth, Client, parse_card, verify_card
-from relaykit.errors import AuthenticationRequiredError
+from relaykit.client import APIKeyAuth, BearerAuth, Client, card_keys, parse_card, verify_card
+from relaykit.errors import A2AInvalidCardError, AuthenticationRequiredError
 
 AGENT = "tests/auth/whoami_agent.py:whoami"
 
@@ -149,3 +149,15 @@ def test_a_card_that_declares_an_unverified_scheme_refuses_to_start() -> None:
 
     with pytest.raises(ValueError, match="oauth"):
         create_app(whoami, card=card)
+
+
+async def test_keys_fetched_from_a_trusted_jku(keyed: ServerProcess) -> None:
+    async with httpx.AsyncClient(timeout=T) as http:
+        card = parse_card((await http.get(keyed.url + "/.well-known/agent-card.json")).content)
+        keys = await card_keys(card, [keyed.url + "/"], http=http)
+        assert list(keys) == ["card-2026"]
+        verify_card(card, keys, algorithms=["ES256"])
+        # A jku outside what the caller trusts is never fetched: no key, no verification.
+        assert await card_keys(card, ["https://agent.example/"], http=http) == {}
+    with pytest.raises(A2AInvalidCardError, match="no key"):
+        verify_card(card, {}, algorithms=["ES256"])

@@ -25,7 +25,16 @@ from relaykit._errors import A2AConnectionError, A2AInvalidCardError, A2ATimeout
 from relaykit._jws import canonical_card, sign_card, verify_card
 from relaykit._v03 import card_in, is_v03
 
-__all__ = ["CARD_PATH", "CardResolver", "canonical_card", "choose_interface", "parse_card", "sign_card", "verify_card"]
+__all__ = [
+    "CARD_PATH",
+    "CardResolver",
+    "canonical_card",
+    "card_keys",
+    "choose_interface",
+    "parse_card",
+    "sign_card",
+    "verify_card",
+]
 
 CARD_PATH = "/.well-known/agent-card.json"
 _MAX_AGE = re.compile(r"max-age=(\d+)")
@@ -126,3 +135,49 @@ def choose_interface(card: AgentCard, preferences: Sequence[str]) -> AgentInterf
         )
     ranked.sort(key=lambda item: (item[0], item[1], item[2]))
     return ranked[0][3]
+
+
+async def card_keys(
+    card: AgentCard, trusted: Sequence[str], *, http: httpx.AsyncClient | None = None
+) -> dict[str, object]:
+    """The ``{kid: key}`` of the JWKS the card's signatures name in ``jku``, for ``verify_card``; only a ``jku`` that
+    starts with one of ``trusted`` (e.g. ``"https://agent.example/"``) is fetched, never one the card alone vouches for.
+
+    >>> # verify_card(card, await card_keys(card, ["https://agent.example/"]), algorithms=["ES256"])
+    """
+    import jwt
+
+    urls: list[str] = []
+    for signature in card.signatures:
+        jku = _jku(signature.protected)
+        if jku and any(jku.startswith(prefix) for prefix in trusted) and jku not in urls:
+            urls.append(jku)
+    keys: dict[str, object] = {}
+    client = http or httpx.AsyncClient(timeout=10.0)
+    try:
+        for url in urls:
+            try:
+                document = (await client.get(url)).json()
+            except (httpx.HTTPError, ValueError) as exc:
+                raise A2AConnectionError(f"cannot fetch the card's keys at {url}: {exc}") from exc
+            for entry in document.get("keys", []) if isinstance(document, dict) else []:
+                if isinstance(entry, dict) and entry.get("kid"):
+                    try:
+                        keys[str(entry["kid"])] = jwt.PyJWK(entry).key
+                    except jwt.PyJWTError:
+                        continue  # a key this client cannot use verifies nothing
+    finally:
+        if http is None:
+            await client.aclose()
+    return keys
+
+
+def _jku(protected: str) -> str | None:
+    import base64
+
+    try:
+        header = json.loads(base64.urlsafe_b64decode(protected + "=" * (-len(protected) % 4)))
+    except ValueError:
+        return None
+    value = header.get("jku") if isinstance(header, dict) else None
+    return value if isinstance(value, str) else None
