@@ -147,3 +147,43 @@ async def test_client_certificates_are_the_principal(agent: Callable[..., Any], 
             with pytest.raises(A2AError):
                 await nobody.send("let me in")
             await nobody.aclose()
+
+
+async def test_relaykit_serve_with_tls_and_client_certificates(pki: Pki) -> None:
+    import sys
+
+    from support.servers import free_port
+
+    port, grpc_port = free_port(), free_port()
+    command = ["-m", "relaykit.cli", "serve", "tests/auth/whoami_agent.py:whoami", "--store", "memory"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--grpc-port", str(grpc_port), "--grace", "0.5"]
+    command += ["--ssl-certfile", str(pki.server_cert), "--ssl-keyfile", str(pki.server_key)]
+    command += ["--ssl-ca-certs", str(pki.ca), "--public-url", f"https://127.0.0.1:{port}"]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    assert proc.stdout is not None
+    try:
+        async with asyncio.timeout(3 * T):
+            # Ready when the banner is printed: the HTTPS port listens, and gRPC started before it.
+            seen = ""
+            while "agent card at" not in seen:
+                line = (await proc.stdout.readline()).decode()
+                assert line, f"relaykit serve exited: {seen}"
+                seen += line
+            assert f"on https://127.0.0.1:{port}" in seen
+            for binding in BINDINGS:
+                client = Client(
+                    f"https://127.0.0.1:{port}",
+                    transports=[binding],
+                    timeout=T,
+                    ca_certs=str(pki.ca),
+                    client_cert=pki.bob,
+                )
+                async with client:
+                    task = await client.send("from the command line")
+                assert isinstance(task, Task)
+                assert task.artifacts[0].parts[0].text == "mtls:O=Test,CN=bob|from the command line"
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), T)
