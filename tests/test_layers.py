@@ -88,6 +88,8 @@ def layer(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "facade"  # relaykit/__init__.py: the quick names from every layer
+    if parts[1] == "__main__":
+        return "cli"  # ``python -m relaykit``: the command line, an edge
     if parts[1].startswith("_") or (len(parts) == 2 and parts[1] in ("types", "errors")):
         return "core"  # relaykit._v03 (the 0.3 codec) is a core package: it translates core models only
     return parts[1]

@@ -212,6 +212,51 @@ async def test_client_negotiates_from_the_card(kitchen_server: ServerProcess) ->
     assert isinstance(task, Task)
 
 
+def test_negotiation_by_protocol_version() -> None:
+    card = _card(
+        ("JSONRPC", "http://rpc-1/"),
+        ("HTTP+JSON", "http://rest-1"),
+        ("JSONRPC", "http://rpc-old/", "0.3"),
+        ("HTTP+JSON", "http://rest-old", "0.3.0"),
+    )
+    # No version: 1.0 first. A version keeps only its interfaces (compared by major version), preference still first.
+    assert choose_interface(card, ("JSONRPC", "HTTP+JSON")).url == "http://rpc-1/"
+    assert choose_interface(card, ("JSONRPC", "HTTP+JSON"), "1.0").url == "http://rpc-1/"
+    assert choose_interface(card, ("JSONRPC", "HTTP+JSON"), "0.3").url == "http://rpc-old/"
+    assert choose_interface(card, ("HTTP+JSON", "JSONRPC"), "0.3").url == "http://rest-old"
+    only_new = _card(("JSONRPC", "http://rpc-1/"))
+    with pytest.raises(A2AInvalidCardError, match=r"no A2A 0\.3 interface"):
+        choose_interface(only_new, ("JSONRPC",), "0.3")
+    with pytest.raises(ValueError, match=r"speaks 1\.0 and 0\.3"):
+        choose_interface(card, ("JSONRPC",), "2.0")
+
+
+async def test_protocol_version_speaks_03_to_a_dual_stack_agent(recorder: Recorder) -> None:
+    # relaykit serves 1.0 and 0.3 by default; protocol_version="0.3" makes the client a 0.3 client of it.
+    card = await recorder.card()
+    assert {i.protocol_version.split(".")[0] for i in card.supported_interfaces} == {"0", "1"}
+    async with asyncio.timeout(T):
+        for binding in ("JSONRPC", "HTTP+JSON"):
+            async with Client(card=card, transports=[binding], protocol_version="0.3") as client:
+                assert client.interface is not None
+                assert client.interface.protocol_version.startswith("0.")
+                assert getattr(client.transport, "v03", False) is True
+                task = await client.send(f"as 0.3 over {binding}")
+                assert isinstance(task, Task)
+                assert [e async for e in client.stream("stream 2")]
+        async with Client(card=card, protocol_version="1.0") as modern:
+            assert modern.interface is not None
+            assert modern.interface.protocol_version.startswith("1.")
+            await modern.send("as 1.0")
+    sent = [(r.path, r.headers.get("a2a-version"), json.loads(r.body or b"{}")) for r in recorder.a2a_requests()]
+    rpc03 = [body for path, version, body in sent if path == "/" and version is None]
+    assert {body["method"] for body in rpc03} == {"message/send", "message/stream"}  # the 0.3 method names
+    rest03 = [path for path, version, _ in sent if version is None and path != "/"]
+    assert rest03
+    assert all(path.startswith("/v1/") for path in rest03)
+    assert sum(1 for _, version, _ in sent if version == "1.0") == 1  # only the 1.0 client named 1.0
+
+
 # --- what requests carry ------------------------------------------------------------------------------------
 
 

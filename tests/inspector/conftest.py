@@ -1,5 +1,6 @@
 """Fixtures for the inspector tests: the example agents served with ``--inspector``, a ``relaykit inspect``
-process, an a2a-sdk 1.3.0 agent, and one headless Chromium per module (Playwright pointed at Debian's chromium).
+process, an a2a-sdk 1.3.0 agent, an a2a-sdk 0.3.26 agent (``sdk03_inspect``), and one headless Chromium per module
+(Playwright pointed at Debian's chromium).
 
 Browser: ``RELAYKIT_CHROMIUM`` or ``chromium`` on PATH (``apt-get install chromium``; never ``playwright install``).
 When it or the ``playwright`` package is missing the browser tests are skipped with the reason; under ``CI=true``
@@ -20,7 +21,8 @@ from typing import Any
 
 import pytest
 from client._procs import start_sdk
-from support.servers import ServerProcess, start_parallel, start_process, start_serve, stop_all
+from support.sdk03 import SdkUnavailable, in_ci, sdk03_python
+from support.servers import ServerProcess, free_port, start_parallel, start_process, start_serve, stop_all
 
 from inspector._browser import (
     CHROMIUM_ARGS,
@@ -104,6 +106,35 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serve
     running = dict(zip(starters, servers, strict=True))
     try:
         running["inspect"] = start_inspect(running["sdk"].url, logs)
+        yield running
+    finally:
+        stop_all(running.values())
+
+
+SDK03_SERVER = Path(__file__).resolve().parents[1] / "v03" / "sdk03_server.py"
+
+
+@pytest.fixture(scope="module")
+def sdk03_inspect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
+    """An a2a-sdk 0.3.26 agent (``tests/v03/sdk03_server.py`` in the SDK's cached environment, ``support.sdk03``) and
+    ``relaykit inspect`` pointed at it. Skipped with the reason when that environment cannot be made, failed under
+    ``CI=true`` (as in tests/v03)."""
+    try:
+        python = sdk03_python()
+    except SdkUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"CI=true: the a2a-sdk 0.3.26 environment must be made: {exc}")
+        pytest.skip(f"a2a-sdk 0.3.26 environment unavailable (PyPI unreachable?): {exc}")
+    logs = tmp_path_factory.mktemp("inspector-sdk03")
+    grpc_port = free_port()
+
+    def command(port: int) -> list[str]:
+        return [str(python), str(SDK03_SERVER), "--port", str(port), "--grpc-port", str(grpc_port)]
+
+    running: dict[str, ServerProcess] = {}
+    try:
+        running["sdk03"] = start_process(command, logs, name="sdk03-agent", ready_path="/.well-known/agent-card.json")
+        running["inspect"] = start_inspect(running["sdk03"].url, logs)
         yield running
     finally:
         stop_all(running.values())

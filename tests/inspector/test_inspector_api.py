@@ -9,13 +9,14 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from client._net import MiniHTTP, Request, Response
-from support.servers import HOST, REPO_ROOT, environ, free_port, start_process
+from support.servers import HOST, REPO_ROOT, ServerProcess, environ, free_port, start_process, start_serve, stop_process
 
 from relaykit import agent
 from relaykit.http import create_app
@@ -256,3 +257,58 @@ async def test_card_signatures_are_verified_against_their_jwks(tampered: bool) -
     else:
         assert finding["level"] == "ok"
         assert "verified with key 'k1'" in finding["message"]
+
+
+# --- A2A 0.3 --------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dual_echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """``relaykit serve examples/echo.py``: A2A 1.0 and 0.3 on JSON-RPC and HTTP+JSON (the default)."""
+    server = start_serve("examples/echo.py", Path(tmp_path_factory.mktemp("dual-echo")), name="echo")
+    yield server
+    stop_process(server.proc)
+
+
+async def test_the_session_version_chooses_0_3_or_1_0(dual_echo: ServerProcess) -> None:
+    send = {"message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
+    async with asyncio.timeout(T), inspector_client(create_inspector(dual_echo.url)) as http:
+        card = (await http.post("/api/card", json={"session": {}}, headers=API)).json()
+        assert [(i["binding"], i["version"].split(".")[0], i["status"]) for i in card["interfaces"]] == [
+            ("JSONRPC", "1", "reachable"),
+            ("HTTP+JSON", "1", "reachable"),
+            ("JSONRPC", "0", "reachable"),
+            ("HTTP+JSON", "0", "reachable"),
+        ]
+        assert not [f for f in card["findings"] if f["level"] in ("error", "warning")]
+        answers = {}
+        for version in ("0.3", "1.0"):
+            for transport in ("JSONRPC", "HTTP+JSON"):
+                session = {"version": version, "transport": transport}
+                body = {"session": session, "op": "SendMessage", "params": send}
+                answer = (await http.post("/api/call", json=body, headers=API)).json()
+                assert answer["version"].split(".")[0] == version.split(".")[0], answer
+                assert answer["binding"] == transport
+                assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"  # decoded: 1.0
+                answers[version, transport] = answer["wire"]
+        # What the agent sent: 0.3 JSON over JSON-RPC (kind, lower-case state), 0.3 ProtoJSON over REST.
+        assert answers["0.3", "JSONRPC"]["result"]["kind"] == "task"
+        assert answers["0.3", "JSONRPC"]["result"]["status"]["state"] == "completed"
+        assert answers["0.3", "HTTP+JSON"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert answers["1.0", "JSONRPC"]["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        assert "kind" not in answers["1.0", "JSONRPC"]["result"]["task"]
+        # A stream over 0.3: every event with its frame as sent.
+        body = {"session": {"version": "0.3", "transport": "JSONRPC"}, "op": "SendStreamingMessage", "params": send}
+        async with http.stream("POST", "/api/stream", json=body, headers=API) as response:
+            lines = [json.loads(line) async for line in response.aiter_lines() if line.strip()]
+        assert lines[0]["start"]
+        assert lines[0]["version"].startswith("0.")
+        events = [line for line in lines if "event" in line]
+        assert events, lines
+        assert all(line["wire"]["result"]["kind"] for line in events), lines
+        assert lines[-1] == {"end": True, "time": lines[-1]["time"]}
+        refused = await http.post(
+            "/api/call", json={"session": {"version": "2.0"}, "op": "GetTask", "params": {"id": "x"}}, headers=API
+        )
+        assert refused.status_code == 400
+        assert "1.0 and 0.3" in refused.json()["error"]["message"]

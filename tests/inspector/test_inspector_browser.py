@@ -1,6 +1,6 @@
 """The inspector in headless Chromium, against the example agents (``relaykit serve … --inspector``), a deliberately
-bad card and an a2a-sdk 1.3.0 agent (``relaykit inspect``). Every wait is bounded (``PAGE_TIMEOUT_MS``); each test
-writes screenshots of the pages it visits (see conftest)."""
+bad card, an a2a-sdk 1.3.0 agent and an a2a-sdk 0.3.26 agent (``relaykit inspect``). Every wait is bounded
+(``PAGE_TIMEOUT_MS``); each test writes screenshots of the pages it visits (see conftest)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from inspector._browser import STREAM_DELAY, shot
 pytestmark = pytest.mark.browser
 
 Agents = dict[str, ServerProcess]
+ROW_CELLS = "rows => rows.map(r => [...r.cells].map(c => c.textContent))"  # a table's rows as lists of cell texts
 
 
 def open_inspector(page: Any, url: str) -> None:
@@ -48,9 +49,70 @@ def test_card_page_shows_the_agent_and_its_findings(page: Any, agents: Agents) -
     open_inspector(page, agents["echo"].url + "/inspector/")
     assert page.locator("#card-name").inner_text() == "echo"
     assert page.locator("#findings li[data-level=error]").count() == 0
-    assert page.locator("#interfaces tbody tr").count() == 2
-    assert page.locator("#interfaces tbody").inner_text().count("reachable") == 2
+    # relaykit serves 1.0 and 0.3 by default: one interface per binding per version, every one probed.
+    rows = page.locator("#interfaces tbody tr")
+    assert rows.count() == 4
+    cells = rows.evaluate_all(ROW_CELLS)
+    assert sorted((c[0], c[2].split(".")[0]) for c in cells) == [
+        ("HTTP+JSON", "0"),
+        ("HTTP+JSON", "1"),
+        ("JSONRPC", "0"),
+        ("JSONRPC", "1"),
+    ]
+    assert [c[3] for c in cells] == ["reachable"] * 4, cells
     shot(page, "card-echo")
+
+
+def test_chat_over_0_3_with_a_dual_stack_agent(page: Any, agents: Agents) -> None:
+    open_inspector(page, agents["echo"].url + "/inspector/")
+    versions = page.locator("#version option").evaluate_all("options => options.map(o => o.value)")
+    assert page.locator("#version").input_value().startswith("1.")  # 1.0 by default
+    old = next(v for v in versions if v.startswith("0."))
+    page.get_by_label("Version").select_option(old)
+    page.get_by_role("button", name="Connect").click()
+    page.wait_for_selector("#findings li")
+    streamed = chat(page, "hello over 0.3")
+    streamed.locator("[data-state=COMPLETED]").wait_for()
+    assert "hello over 0.3" in streamed.locator(".artifacts").inner_text()
+    assert f"A2A {old}" in streamed.inner_text()
+    # Unary too (SendMessage), then what the agent sent, beside what the client decoded: the 0.3 shape.
+    page.locator("#chat-stream").uncheck()
+    unary = chat(page, "once more, unary")
+    unary.locator("[data-state=COMPLETED]").wait_for()
+    assert f"A2A {old}" in unary.inner_text()
+    shot(page, "chat-0.3")
+    page.get_by_role("tab", name="Timeline").click()
+    sent: list[Any] = []
+    decoded: list[Any] = []
+    tasks = page.locator("#tl-task option").evaluate_all("options => options.map(o => o.value)")
+    assert len(tasks) == 2  # the streamed task and the unary one
+    for task in tasks:
+        page.locator("#tl-task").select_option(task)
+        sent += [json.loads(t) for t in page.locator("#timeline pre.wire").all_text_contents()]
+        rows = page.locator("#timeline tbody td:last-child details:not(.wire) pre")
+        decoded += [json.loads(t) for t in rows.all_text_contents()]
+    assert len(sent) == len(decoded) >= 3, (sent, decoded)  # every event and response has both
+    results = [s["result"] for s in sent]  # JSON-RPC envelopes, as sent
+    kinds = {r.get("kind") for r in results}
+    assert "task" in kinds, kinds
+    assert kinds <= {"task", "message", "status-update", "artifact-update"}, kinds
+    states = [r["status"]["state"] for r in results if "status" in r]
+    assert "completed" in states  # 0.3's lower-case state names
+    assert all("kind" not in d for d in decoded)  # the client's view is 1.0 ProtoJSON
+    shot(page, "timeline-0.3")
+    # The console sends a 0.3 session's requests to the 0.3 interface, as written (0.3 method names).
+    task_id = next(r["id"] for r in results if r.get("kind") == "task")
+    page.get_by_role("tab", name="Console").click()
+    page.locator("#con-source", has_text="This session speaks A2A 0.3").wait_for()
+    page.get_by_label("Binding").select_option("JSONRPC")
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": task_id}}
+    page.get_by_label("Body", exact=True).fill(json.dumps(rpc))
+    page.get_by_role("button", name="Send the request").click()
+    page.wait_for_function("() => document.getElementById('con-response').textContent.includes('completed')")
+    answer = json.loads(page.locator("#con-response").text_content() or "{}")
+    assert answer["result"]["kind"] == "task"
+    assert answer["result"]["id"] == task_id
+    shot(page, "console-0.3")
 
 
 class _BadCard(BaseHTTPRequestHandler):
@@ -344,3 +406,51 @@ def test_inspect_an_a2a_sdk_agent(page: Any, agents: Agents) -> None:
     page.get_by_role("tab", name="Timeline").click()
     assert page.locator("#timeline tbody tr").count() >= 1
     shot(page, "timeline-sdk")
+
+
+def test_inspect_an_a2a_sdk_0_3_agent(page: Any, sdk03_inspect: Agents) -> None:
+    open_inspector(page, sdk03_inspect["inspect"].url + "/")
+    assert page.locator("#card-name").inner_text() == "sdk03 kitchen"
+    assert page.locator("#findings li[data-level=error]").count() == 0
+    # A 0.3 card (url + additionalInterfaces): every interface is 0.3, every one relaykit's client speaks is probed.
+    cells = page.locator("#interfaces tbody tr").evaluate_all(ROW_CELLS)
+    assert {c[0] for c in cells} >= {"JSONRPC", "HTTP+JSON"}
+    assert all(c[2].startswith("0.3") for c in cells), cells
+    # gRPC is probed when this environment has grpcio (relaykit[grpc]), else listed as skipped.
+    assert all(c[3] == "reachable" for c in cells if c[0] != "GRPC" or c[3] != "skipped"), cells
+    assert [c[3] for c in cells if c[0] != "GRPC"] == ["reachable", "reachable"], cells
+    assert page.locator("#version").input_value().startswith("0.3")  # the only version on offer
+    shot(page, "card-sdk03")
+    bubble = chat(page, "hello sdk03")
+    bubble.locator("[data-state=COMPLETED]").wait_for()
+    assert "hello sdk03" in bubble.locator(".artifacts").inner_text()
+    assert "via JSONRPC · A2A 0.3" in bubble.inner_text()
+    streamed = chat(page, "stream 3")
+    streamed.locator("[data-state=COMPLETED]").wait_for()
+    assert all(f"chunk {i}" in streamed.locator(".artifacts").inner_text() for i in range(3))
+    asked = chat(page, "ask me")
+    asked.locator("[data-state=INPUT_REQUIRED]").wait_for()
+    answered = chat(page, "Ada")
+    answered.locator("[data-state=COMPLETED]").wait_for()
+    assert "got: Ada" in answered.inner_text()
+    page.get_by_label("Transport").select_option("HTTP+JSON")
+    page.get_by_role("button", name="Connect").click()
+    rest = chat(page, "hello over rest")
+    rest.locator("[data-state=COMPLETED]").wait_for()
+    assert "via HTTP+JSON · A2A 0.3" in rest.inner_text()
+    shot(page, "chat-sdk03")
+    # The timeline shows what the agent sent: over 0.3 HTTP+JSON the 0.3 ProtoJSON (a status update carries
+    # ``final``, which 1.0 dropped), over 0.3 JSON-RPC the 0.3 JSON (``kind``, lower-case states).
+    page.get_by_role("tab", name="Timeline").click()
+    sent = [json.loads(t) for t in page.locator("#timeline pre.wire").all_text_contents()]
+    updates = [s["statusUpdate"] for s in sent if "statusUpdate" in s]
+    assert updates, sent
+    assert updates[-1]["final"] is True, sent
+    shot(page, "timeline-sdk03")
+    first = page.locator("#tl-task option").first.get_attribute("value")
+    assert first is not None
+    page.locator("#tl-task").select_option(first)
+    results = [json.loads(t)["result"] for t in page.locator("#timeline pre.wire").all_text_contents()]
+    assert results
+    assert all("kind" in r for r in results), results
+    assert "completed" in [r["status"]["state"] for r in results if "status" in r]

@@ -5,8 +5,9 @@
 * ``verify_card`` / ``sign_card`` (from ``relaykit._jws``, shared with the server's ``--card-key``) check and make a
   card's detached JWS signatures (RFC 7515, payload canonicalised per RFC 8785), with the algorithms pinned.
 * ``choose_interface`` filters and orders the card's ``supportedInterfaces``: A2A 1.0 before 0.3, then the client's
-  preference; ties keep the card's order (the server's preference). A card with nothing usable raises
-  ``A2AInvalidCardError``. A 0.3 card is read as its 1.0 equivalent (``relaykit._v03.card_in``).
+  preference; ties keep the card's order (the server's preference). Given a ``version`` ("1.0" or "0.3"), only
+  interfaces of that major version count (a dual-stack card can be spoken to as 0.3). A card with nothing usable
+  raises ``A2AInvalidCardError``. A 0.3 card is read as its 1.0 equivalent (``relaykit._v03.card_in``).
 """
 
 from __future__ import annotations
@@ -112,29 +113,40 @@ def parse_card(data: bytes | str, source: str = "the agent card") -> AgentCard:
         raise A2AInvalidCardError(f"{source} is not a valid agent card: {exc}") from None
 
 
-def choose_interface(card: AgentCard, preferences: Sequence[str]) -> AgentInterface:
-    """The interface to use: the client's preference order first, the card's order among equals."""
+def choose_interface(card: AgentCard, preferences: Sequence[str], version: str | None = None) -> AgentInterface:
+    """The interface to use: the client's preference order first, the card's order among equals; ``version``
+    (``"1.0"``, ``"0.3"``: compared by major version) keeps only the interfaces of that protocol version."""
+    wanted = _major(version) if version else None
+    if wanted is not None and wanted not in ("0", "1"):
+        raise ValueError(f"protocol version {version!r}: this client speaks 1.0 and 0.3")
     ranked: list[tuple[int, int, int, AgentInterface]] = []
     for position, interface in enumerate(card.supported_interfaces):
         binding = interface.protocol_binding.upper()
         if binding not in preferences:
             continue
-        version = interface.protocol_version
-        if version.split(".")[0] != "1" and not is_v03(version):
+        offered = interface.protocol_version
+        if _major(offered) != "1" and not is_v03(offered):
+            continue
+        if wanted is not None and _major(offered) != wanted:
             continue
         # 1.0 wherever the card offers it in a binding the client speaks; 0.3 (through the codec) otherwise.
-        ranked.append((0 if version.split(".")[0] == "1" else 1, preferences.index(binding), position, interface))
+        ranked.append((0 if _major(offered) == "1" else 1, preferences.index(binding), position, interface))
     if not ranked:
-        offered = (
+        listed = (
             ", ".join(f"{i.protocol_binding} {i.protocol_version} at {i.url}" for i in card.supported_interfaces)
             or "no interfaces at all"
         )
+        spoken = f"A2A {version}" if version else "A2A 1.0 or 0.3"
         raise A2AInvalidCardError(
-            f"agent {card.name!r} offers no A2A 1.0 or 0.3 interface this client can use "
-            f"(it offers {offered}; this client speaks {', '.join(preferences)})"
+            f"agent {card.name!r} offers no {spoken} interface this client can use "
+            f"(it offers {listed}; this client speaks {', '.join(preferences)})"
         )
     ranked.sort(key=lambda item: (item[0], item[1], item[2]))
     return ranked[0][3]
+
+
+def _major(version: str) -> str:
+    return version.strip().split(".", 1)[0]
 
 
 async def card_keys(

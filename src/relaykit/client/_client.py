@@ -90,7 +90,8 @@ _DEFAULT_RESUME = ResumePolicy()
 
 
 class Client:
-    """An A2A 1.0 client for one agent.
+    """An A2A client for one agent: 1.0, or 0.3 where the card offers only that (``protocol_version="0.3"`` speaks
+    0.3 to a dual-stack agent; ``"1.0"`` refuses a 0.3-only one).
 
     >>> import asyncio
     >>> from relaykit.client import Client
@@ -108,6 +109,7 @@ class Client:
         *,
         card: AgentCard | None = None,
         transports: Sequence[str] = DEFAULT_TRANSPORTS,
+        protocol_version: str | None = None,
         http: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         interceptors: Sequence[Interceptor] = (),
@@ -129,6 +131,9 @@ class Client:
         self.url = url
         self.card = card
         self.preferences = tuple(t.upper() for t in transports)
+        # None: 1.0 where the card offers it, else 0.3. "1.0" / "0.3": only interfaces of that version (a dual-stack
+        # agent spoken to as 0.3, to test what a 0.3 client sees).
+        self.protocol_version = protocol_version
         self.headers = dict(headers or {})
         if extensions:
             self.headers["A2A-Extensions"] = ", ".join(extensions)
@@ -175,7 +180,7 @@ class Client:
         if self.card is None:
             assert self.url is not None
             self.card = await CardResolver(self._http).get(self.url, headers=self.headers)
-        self.interface = choose_interface(self.card, self.preferences)
+        self.interface = choose_interface(self.card, self.preferences, self.protocol_version)
         self._transport = self._make_transport(self.interface)
 
     def _make_transport(self, interface: AgentInterface) -> ClientTransport:

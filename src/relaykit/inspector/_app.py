@@ -38,6 +38,7 @@ from relaykit._openapi import openapi_document
 from relaykit.inspector import _calls
 from relaykit.inspector._card_check import check_card
 from relaykit.inspector._session import (
+    CLIENT_VERSIONS,
     CardCache,
     Session,
     SessionError,
@@ -47,6 +48,7 @@ from relaykit.inspector._session import (
     new_http,
     open_client,
 )
+from relaykit.inspector._wire import InspectorHTTP
 
 __all__ = ["MOUNT_PATH", "create_inspector", "inspector_routes"]
 
@@ -138,7 +140,7 @@ class _Inspector:
                 "locked": self.target.locked,
                 "headers": [list(h) for h in self.target.headers],
                 "transports": list(DEFAULT_TRANSPORTS),
-                "clientVersions": ["1.0"],
+                "clientVersions": list(CLIENT_VERSIONS),
                 "relaykit": relaykit_version,
             },
             headers=_SECURITY,
@@ -184,7 +186,7 @@ class _Inspector:
         async with new_http() as http:
             try:
                 async with open_client(session, http, self.cards) as client:
-                    answer = await _calls.call(client, op, data.get("params"))
+                    answer = await _calls.call(client, op, data.get("params"), http.wire)
             except A2AError as exc:
                 answer = {"error": error_json(exc)}
         return JSONResponse(answer)
@@ -198,9 +200,9 @@ class _Inspector:
         last = data.get("lastEventId")
         last_event_id = str(last) if last not in (None, "") else None
 
-        async def events(http: httpx.AsyncClient) -> AsyncIterator[dict[str, Any]]:
+        async def events(http: InspectorHTTP) -> AsyncIterator[dict[str, Any]]:
             async with open_client(session, http, self.cards) as client:
-                async for item in _calls.stream(client, op, data.get("params"), last_event_id):
+                async for item in _calls.stream(client, op, data.get("params"), last_event_id, http.wire):
                     yield item
 
         return _ndjson(events)

@@ -4,7 +4,9 @@ Streams and raw answers go back to the page as NDJSON (one JSON object per line,
 ``fetch`` reader renders live: a stream line is ``{"id", "time", "event"}`` (``id`` the agent's SSE id, or null when
 the agent does not number its events), then ``{"end": true}`` or ``{"error": …}``. The inspector relays; it never
 retries or de-duplicates, so the timeline shows exactly what the agent sent, and resuming is the page's explicit
-``SubscribeToTask`` with ``Last-Event-ID``.
+``SubscribeToTask`` with ``Last-Event-ID``. Answers and events carry the binding and protocol version they went over,
+and ``wire``: the JSON as the agent sent it (``_wire``), beside the object the client decoded (always 1.0 ProtoJSON,
+also for a 0.3 agent).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from relaykit._methods import OPERATIONS_BY_NAME, Operation
 from relaykit._model import A2AModel
 from relaykit.client import Client
 from relaykit.inspector._session import SessionError, error_json
+from relaykit.inspector._wire import WireTap
 
 __all__ = ["call", "ndjson", "operation", "raw_request", "stream"]
 
@@ -53,16 +56,30 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-async def call(client: Client, op: Operation, params: Any) -> dict[str, Any]:
-    """One unary operation through the client's transport; the page's answer (result or error, and the time)."""
+async def call(client: Client, op: Operation, params: Any, wire: WireTap | None = None) -> dict[str, Any]:
+    """One unary operation through the client's transport; the page's answer (result or error, the time, and the
+    body the agent sent when ``wire`` saw it)."""
     request = request_of(op, params)
+    if wire is not None:
+        wire.reset()
     started = time.perf_counter()
     try:
         result = await client.transport.call(op, request, headers=client.headers)
     except A2AError as exc:
-        return {"error": error_json(exc), "ms": _ms(started), "binding": client.transport.binding}
+        return {"error": error_json(exc), "ms": _ms(started), **_via(client), **_wire(wire, wire and wire.answer())}
     data = result.to_dict() if isinstance(result, A2AModel) else {}
-    return {"result": data, "ms": _ms(started), "time": _now(), "binding": client.transport.binding}
+    answer = {"result": data, "ms": _ms(started), "time": _now(), **_via(client)}
+    return {**answer, **_wire(wire, wire and wire.answer())}
+
+
+def _wire(wire: WireTap | None, sent: Any) -> dict[str, Any]:
+    # gRPC goes around the HTTP client: no wire copy, the decoded object is all there is.
+    return {"wire": sent} if wire is not None and sent is not None else {}
+
+
+def _via(client: Client) -> dict[str, str]:
+    """The binding and protocol version a call went over (the page shows them with the answer)."""
+    return {"binding": client.transport.binding, "version": _version(client)}
 
 
 def _ms(started: float) -> float:
@@ -70,15 +87,19 @@ def _ms(started: float) -> float:
 
 
 async def stream(
-    client: Client, op: Operation, params: Any, last_event_id: str | None
+    client: Client, op: Operation, params: Any, last_event_id: str | None, wire: WireTap | None = None
 ) -> AsyncIterator[dict[str, Any]]:
-    """A streaming operation's events as the agent sent them: SSE id, arrival time, raw event."""
+    """A streaming operation's events as the agent sent them: SSE id, arrival time, decoded event, and the frame's
+    JSON as sent when ``wire`` saw it."""
     request = request_of(op, params)
-    yield {"start": True, "binding": client.transport.binding, "time": _now(), "lastEventId": last_event_id}
+    if wire is not None:
+        wire.reset()
+    yield {"start": True, **_via(client), "time": _now(), "lastEventId": last_event_id}
     events = client.transport.stream(op, request, headers=client.headers, last_event_id=last_event_id)
     try:
         async for event_id, response in events:
-            yield {"id": event_id, "time": _now(), "event": response.to_dict()}
+            frame = wire.next_frame() if wire is not None and client.transport.binding != "GRPC" else None
+            yield {"id": event_id, "time": _now(), "event": response.to_dict(), **_wire(wire, frame)}
     except A2AError as exc:
         yield {"error": error_json(exc), "time": _now()}
         return
@@ -99,17 +120,24 @@ async def ndjson(items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
         yield json.dumps({"error": error_json(exc)}).encode() + b"\n"
 
 
+def _version(client: Client) -> str:
+    """The protocol version of the interface the client chose (the session's choice)."""
+    return client.interface.protocol_version if client.interface is not None else ""
+
+
 def _raw_url(client: Client, binding: str, path: str) -> str:
-    """Where a raw request goes: the interface of ``binding`` on the card (JSON-RPC at its URL, REST below it)."""
+    """Where a raw request goes: the interface of ``binding`` and the session's version on the card (JSON-RPC at its
+    URL, REST below it)."""
     assert client.card is not None
+    major = (client.protocol_version or "1.0").split(".")[0]
     for interface in client.card.supported_interfaces:
-        if interface.protocol_binding.upper() == binding and interface.protocol_version.split(".")[0] == "1":
+        if interface.protocol_binding.upper() == binding and interface.protocol_version.split(".")[0] == major:
             if binding == "JSONRPC":
                 return interface.url
             if not path.startswith("/") or "//" in path or urlsplit(path).scheme or "\\" in path:
                 raise SessionError(f"a REST path starts with / and stays on the agent: {path!r}")
             return interface.url.rstrip("/") + path
-    raise SessionError(f"the card offers no A2A 1.0 {binding} interface")
+    raise SessionError(f"the card offers no A2A {client.protocol_version or '1.0'} {binding} interface")
 
 
 async def raw_request(client: Client, http: httpx.AsyncClient, spec: Any) -> AsyncIterator[dict[str, Any]]:
@@ -127,7 +155,9 @@ async def raw_request(client: Client, http: httpx.AsyncClient, spec: Any) -> Asy
     content = body.encode() if isinstance(body, str) and body.strip() else None
     if content is not None and len(content) > MAX_RAW_BODY:
         raise SessionError("the body is too large")
-    headers = {"A2A-Version": "1.0", **client.headers}
+    # A 0.3 client names no version (the 0.3 rule a dual-stack server reads a request by).
+    v03 = (client.protocol_version or "1.0").split(".")[0] == "0"
+    headers = {**({} if v03 else {"A2A-Version": "1.0"}), **client.headers}
     if content is not None:
         headers.setdefault("Content-Type", "application/json")
     started = time.perf_counter()

@@ -4,9 +4,9 @@ A finding is ``{"level": "error" | "warning" | "info" | "ok", "field": str, "mes
 
 * the fetch itself (status, content type, JSON object);
 * the fields A2A 1.0 marks REQUIRED (card, interfaces, skills), and whatever else the model refuses;
-* the protocol versions on offer (1.0 is what relaykit's client speaks; a 0.3 card is read as its 1.0 equivalent);
-* every interface probed through ``Client`` pinned to it (GetTask of an id that cannot exist: any A2A answer means
-  reachable), all at once, each bounded by ``PROBE_TIMEOUT``;
+* the protocol versions on offer (relaykit's client speaks 1.0 and 0.3; a 0.3 card is read as its 1.0 equivalent);
+* every interface, 1.0 or 0.3, probed through ``Client`` pinned to it and to its version (GetTask of an id that
+  cannot exist: any A2A answer means reachable), all at once, each bounded by ``PROBE_TIMEOUT``;
 * signatures: verified against the JWKS their ``jku`` names (or reported as not verifiable), never silently passed.
 
 Nothing here raises for a bad card: a bad card is what the page is for.
@@ -30,7 +30,7 @@ from relaykit._types import new_id
 from relaykit.client import Client, RetryPolicy, parse_card
 from relaykit.client._card import card_url
 from relaykit.client._client import DEFAULT_TRANSPORTS
-from relaykit.inspector._session import Session, local_interfaces
+from relaykit.inspector._session import CLIENT_VERSIONS, SPOKEN_MAJORS, Session, local_interfaces
 
 __all__ = ["PROBE_TIMEOUT", "check_card"]
 
@@ -87,21 +87,23 @@ def _versions(card: AgentCard, legacy: bool) -> list[Finding]:
     out: list[Finding] = []
     versions = sorted({i.protocol_version for i in card.supported_interfaces})
     if legacy:
-        out.append(_finding("info", "protocolVersion", "an A2A 0.3 card (url + preferredTransport), read as 1.0"))
+        legacy_card = "an A2A 0.3 card (url + preferredTransport): its interfaces are spoken to in 0.3"
+        out.append(_finding("info", "protocolVersion", legacy_card))
     for version in versions:
-        if version.split(".")[0] == "1":
+        if version.split(".")[0] in SPOKEN_MAJORS:
             out.append(_finding("ok", "protocolVersion", f"A2A {version} offered"))
         else:
             out.append(
                 _finding(
                     "warning",
                     "protocolVersion",
-                    f"A2A {version} offered: relaykit's client speaks 1.0 (0.3 support is pending), "
-                    "so the inspector uses the 1.0 interfaces only",
+                    f"A2A {version} offered: relaykit's client speaks {' and '.join(CLIENT_VERSIONS)}, "
+                    "so the inspector cannot use these interfaces",
                 )
             )
-    if card.supported_interfaces and not any(v.split(".")[0] == "1" for v in versions):
-        out.append(_finding("error", "supportedInterfaces", "no A2A 1.0 interface: the inspector cannot call it"))
+    if card.supported_interfaces and not any(v.split(".")[0] in SPOKEN_MAJORS for v in versions):
+        spoken = " or ".join(CLIENT_VERSIONS)
+        out.append(_finding("error", "supportedInterfaces", f"no A2A {spoken} interface: the inspector cannot call it"))
     return out
 
 
@@ -114,8 +116,9 @@ async def _probe(card: AgentCard, index: int, interface: AgentInterface, session
         "version": interface.protocol_version,
         "tenant": interface.tenant,
     }
-    if interface.protocol_version.split(".")[0] != "1":
-        return {**row, "status": "skipped", "detail": "not probed: 0.3 is not spoken by relaykit's client yet"}
+    if interface.protocol_version.split(".")[0] not in SPOKEN_MAJORS:
+        spoken = " and ".join(CLIENT_VERSIONS)
+        return {**row, "status": "skipped", "detail": f"not probed: relaykit's client speaks A2A {spoken}"}
     if binding not in DEFAULT_TRANSPORTS:
         why = "install relaykit[grpc] to probe it" if binding == GRPC else "a binding relaykit does not speak"
         return {**row, "status": "skipped", "detail": f"not probed: {why}"}
@@ -129,6 +132,7 @@ async def _probe(card: AgentCard, index: int, interface: AgentInterface, session
             http=http,
             headers=session.headers,
             transports=[binding],
+            protocol_version=interface.protocol_version,
             timeout=PROBE_TIMEOUT,
             connect_timeout=PROBE_TIMEOUT,
             retry=RetryPolicy(attempts=1),

@@ -9,8 +9,9 @@ Invariants:
 * a *locked* inspector (``relaykit serve --inspector``) talks only to the agent it is mounted in, reached at the
   address the request came in on: the browser cannot point the server's HTTP client anywhere else.
 
-The protocol version is chosen from the card's interfaces. relaykit's client speaks 1.0 today; once it learns 0.3
-(the 0.3 codec issue) ``open_client`` is the one place that passes the choice on.
+The protocol version (1.0 or 0.3) is the page's choice among the card's interfaces; ``open_client`` passes it on to
+``Client(protocol_version=…)``, which then uses only that version's interfaces (a dual-stack agent is spoken to as a
+0.3 client would).
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from relaykit._errors import A2AClientError, A2AInvalidCardError
 from relaykit.client import Client, RetryPolicy, parse_card
 from relaykit.client._card import card_url
 from relaykit.client._client import DEFAULT_TRANSPORTS
+from relaykit.inspector._wire import InspectorHTTP
 
 __all__ = [
+    "CLIENT_VERSIONS",
     "CardCache",
     "Session",
     "SessionError",
@@ -52,6 +55,8 @@ CARD_TTL = 30.0  # seconds a fetched card is reused by the calls that follow it 
 CALL_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 5.0
 _SSL: ssl.SSLContext | None = None
+CLIENT_VERSIONS = ("1.0", "0.3")  # what relaykit's client speaks (compared by major version)
+SPOKEN_MAJORS = frozenset(v.split(".")[0] for v in CLIENT_VERSIONS)
 
 
 class SessionError(A2AClientError):
@@ -71,7 +76,7 @@ class Target:
 
 @dataclass(frozen=True)
 class Session:
-    """The browser's session, as sent with one request."""
+    """The browser's session, as sent with one request (``version`` is "1.0" or "0.3", checked by ``parse``)."""
 
     url: str
     headers: dict[str, str] = field(default_factory=dict)
@@ -104,7 +109,9 @@ class Session:
                 raise SessionError(f"header {name} has a line break in its value")
             headers[name] = value
         transport = str(data.get("transport") or "auto")
-        version = str(data.get("version") or "1.0")
+        version = str(data.get("version") or "1.0").strip()
+        if version.split(".")[0] not in SPOKEN_MAJORS:
+            raise SessionError(f"protocol version {version} is not spoken by relaykit's client (1.0 and 0.3 are)")
         return cls(url=url, headers=headers, transport=transport, version=version, locked=target.locked)
 
     @property
@@ -123,14 +130,13 @@ class Session:
         return (self.transport,)
 
 
-def new_http(timeout: float = CALL_TIMEOUT) -> httpx.AsyncClient:
-    """A fresh HTTP client for one inspector request (one TLS context is shared: building it is the costly part)."""
+def new_http(timeout: float = CALL_TIMEOUT) -> InspectorHTTP:
+    """A fresh HTTP client for one inspector request (one TLS context is shared: building it is the costly part),
+    over a ``WireTap`` that keeps what the agent answered."""
     global _SSL
     if _SSL is None:
         _SSL = ssl.create_default_context()
-    return httpx.AsyncClient(
-        verify=_SSL, timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT), follow_redirects=False
-    )
+    return InspectorHTTP(verify=_SSL, timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT))
 
 
 @dataclass
@@ -185,9 +191,6 @@ def local_interfaces(card: AgentCard, base: str) -> AgentCard:
 async def open_client(session: Session, http: httpx.AsyncClient, cards: CardCache) -> AsyncIterator[Client]:
     """A connected ``Client`` for this session (its card from the cache, or fetched), closed on exit (a gRPC
     transport owns a channel; the HTTP ones use ``http``, which the caller owns)."""
-    if session.version.split(".")[0] != "1":
-        # relaykit's client speaks A2A 1.0; the 0.3 codec (another issue) will lift this.
-        raise SessionError(f"protocol version {session.version} is not spoken by relaykit's client yet (1.0 is)")
     card = await cards.get(session, http)
     if session.locked:
         card = local_interfaces(card, session.url)
@@ -197,6 +200,7 @@ async def open_client(session: Session, http: httpx.AsyncClient, cards: CardCach
         http=http,
         headers=session.headers,
         transports=session.preferences(),
+        protocol_version=session.version,
         timeout=CALL_TIMEOUT,
         connect_timeout=CONNECT_TIMEOUT,
         # The inspector shows what happened: no silent retries.

@@ -20,8 +20,8 @@ export class AgentBubble {
     this.el.scrollIntoView({ block: "nearest" });
   }
 
-  binding(name) {
-    if (name) this.via.textContent = `via ${name}`;
+  binding(name, version) {
+    if (name) this.via.textContent = `via ${name}${version ? ` · A2A ${version}` : ""}`;
   }
 
   setState(stateName) {

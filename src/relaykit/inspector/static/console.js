@@ -14,7 +14,12 @@ export async function loadOpenAPI() {
     setStatus(`OpenAPI: ${err.message}`, true);
     return;
   }
-  $("con-source").textContent = state.openapi.source === "agent" ? "Operations from the agent's /openapi.json." : "Operations from relaykit's generated description of A2A 1.0 (the agent serves no /openapi.json).";
+  const source = state.openapi.source === "agent" ? "Operations from the agent's /openapi.json." : "Operations from relaykit's generated description of A2A 1.0 (the agent serves no /openapi.json).";
+  // A 0.3 session sends to the card's 0.3 interface with no A2A-Version header: the 1.0 templates need rewriting.
+  const v03 = state.session.version.startsWith("0.")
+    ? " This session speaks A2A 0.3: requests go to the card's 0.3 interface without an A2A-Version header, so write them as 0.3 (message/send, /v1/message:send, kind)."
+    : "";
+  $("con-source").textContent = source + v03;
   fillOperations();
 }
 

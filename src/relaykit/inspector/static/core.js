@@ -134,10 +134,10 @@ export async function* lines(path, body, signal) {
 // One unary operation; its answer goes on the timeline of the task it concerns.
 export async function call(op, params, taskHint, sink) {
   const answer = await api("call", { op, params });
-  if (sink && answer.binding) sink.binding(answer.binding);
+  if (sink && answer.binding) sink.binding(answer.binding, answer.version);
   const result = answer.result;
   const task = taskIdOf(result) || taskHint;
-  record(task, { kind: `${op} response`, raw: answer.error ? { error: answer.error } : result, time: answer.time });
+  record(task, { kind: `${op} response`, raw: answer.error ? { error: answer.error } : result, wire: answer.wire, time: answer.time });
   if (answer.error) throw new InspectorError(answer.error);
   return result;
 }
@@ -235,7 +235,10 @@ export function timelineRow(e) {
     h("td", { class: "sse-id", text: e.id ?? "—" }),
     h("td", {}, e.kind || "note", e.via ? h("span", { class: "muted via", text: ` (${e.via})` }) : ""),
     h("td", { text: e.summary || e.note || "" }),
-    h("td", {}, e.raw ? h("details", {}, h("summary", { text: "JSON" }), h("pre", { class: "json", text: json(e.raw) })) : ""),
+    h("td", {},
+      e.raw ? h("details", {}, h("summary", { text: "JSON" }), h("pre", { class: "json", text: json(e.raw) })) : "",
+      // What the agent sent, before the client decoded it (for a 0.3 agent: the 0.3 shape).
+      e.wire !== undefined ? h("details", { class: "wire" }, h("summary", { text: "As sent" }), h("pre", { class: "json wire", text: json(e.wire) })) : ""),
   );
 }
 
@@ -322,12 +325,12 @@ export async function runStream(op, params, sink, lastEventId, signal) {
     try {
       for await (const line of lines("stream", source, signal)) {
         if (line.start) {
-          if (sink.binding) sink.binding(line.binding);
+          if (sink.binding) sink.binding(line.binding, line.version);
         } else if (line.event) {
           const id = taskIdOf(line.event);
           if (id) taskId = id;
           if (line.id) last = line.id;
-          record(taskId, { id: line.id, time: line.time, event: line.event, via: source.op });
+          record(taskId, { id: line.id, time: line.time, event: line.event, wire: line.wire, via: source.op });
           sink.event(line.event);
           if (state.chat.running && state.chat.running.bubble === sink && taskId) state.chat.running.taskId = taskId;
           const now = stateOf(line.event);

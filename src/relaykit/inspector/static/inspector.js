@@ -80,7 +80,7 @@ function renderCard(report) {
   const spoken = new Set((state.config.clientVersions || ["1.0"]).map((v) => v.split(".")[0]));
   select.replaceChildren(
     ...(versions.length ? versions : ["1.0"]).map((v) =>
-      h("option", { value: v, text: spoken.has(v.split(".")[0]) ? v : `${v} (not spoken by relaykit's client yet)` }),
+      h("option", { value: v, text: spoken.has(v.split(".")[0]) ? v : `${v} (not spoken by relaykit's client)` }),
     ),
   );
   select.value = versions.includes(current) ? current : versions.find((v) => v.startsWith("1.")) || select.options[0].value;
