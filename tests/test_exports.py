@@ -11,6 +11,7 @@ PUBLIC = [
     "relaykit.errors",
     "relaykit.server",
     "relaykit.assembly",
+    "relaykit.auth",
     "relaykit.backends",
     "relaykit.http",
     "relaykit.testing",

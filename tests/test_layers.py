@@ -24,7 +24,7 @@ ROOT = SRC / "relaykit"
 
 BINDINGS_AND_CLIENT = ("http", "grpc", "client")
 ABOVE_THE_SERVER = (*BINDINGS_AND_CLIENT, "cli", "testing")
-BELOW_THE_BINDINGS = ("backends", "server", "push", "assembly")
+BELOW_THE_BINDINGS = ("backends", "server", "auth", "push", "assembly")
 
 
 def _module_name(path: Path) -> str:

@@ -281,10 +281,11 @@ class InternalError(A2AError):
 
 
 class AuthenticationRequiredError(A2AError):
-    """Credentials are missing or invalid."""
+    """Credentials are missing or invalid; ``challenges`` are the ``WWW-Authenticate`` values a 401 carries."""
 
     code, http_status, grpc_status, reason = -32000, 401, "UNAUTHENTICATED", "UNAUTHENTICATED"
     default_message = "Authentication required"
+    challenges: tuple[str, ...] = ()
 
 
 class PermissionDeniedError(A2AError):

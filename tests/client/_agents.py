@@ -35,6 +35,7 @@ from typing import Any
 from relaykit import AgentExecutor, Message, RequestContext, TaskState, TaskUpdater
 from relaykit import errors as rk_errors
 from relaykit._card import AgentCapabilities, AgentCard, AgentExtension, AgentSkill
+from relaykit.auth import APIKeyAuthenticator, Auth
 from relaykit.http import create_app
 from relaykit.server import EventQueue
 from relaykit.server._handler import RequestHandler
@@ -158,6 +159,9 @@ class RaisingHandler(RequestHandler):
         _raise(name, "raised mid-stream")
 
 
+# The kitchen accepts anonymous callers and this key; the extended card needs the key (spec §5.13).
+KITCHEN_KEY = "key-123"
+
 _FACTORIES = {
     "kitchen_app": lambda: create_app(
         kitchen,
@@ -166,6 +170,7 @@ _FACTORIES = {
         public_url=PUBLIC_URL,
         grace=1.0,
         push_allow=("127.0.0.1",),  # the tests' webhooks are on 127.0.0.1 (nobody listens: deliveries just fail)
+        auth=Auth(APIKeyAuthenticator({"kitchen-tester": KITCHEN_KEY}, header="X-Api-Key"), required=False),
         extended_card=_card("relaykit-kitchen (extended)").model_copy(
             update={
                 "skills": [

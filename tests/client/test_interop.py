@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 from support.servers import ServerProcess
 
+from client._agents import KITCHEN_KEY
 from relaykit import (
     Message,
     Role,
@@ -22,7 +23,7 @@ from relaykit import (
     TaskState,
     TaskStatusUpdateEvent,
 )
-from relaykit.client import Client, JSONRPCTransport, RESTTransport
+from relaykit.client import APIKeyAuth, Client, JSONRPCTransport, RESTTransport
 from relaykit.errors import (
     A2ATaskAuthRequiredError,
     A2ATaskFailedError,
@@ -52,7 +53,10 @@ def server(request: pytest.FixtureRequest) -> ServerProcess:
 @pytest.fixture
 async def client(server: ServerProcess, binding: str) -> AsyncIterator[Client]:
     async with asyncio.timeout(T):
-        c = Client(server.url, transports=[binding], timeout=15)
+        # Authenticated: the kitchen serves its extended card only to a caller with its key.
+        c = Client(
+            server.url, transports=[binding], timeout=15, interceptors=[APIKeyAuth(KITCHEN_KEY, header="X-Api-Key")]
+        )
         await c.connect()
     try:
         assert c.interface is not None

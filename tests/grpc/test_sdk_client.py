@@ -45,6 +45,7 @@ from a2a.utils.errors import (
 from grpc_test_agents import Interop
 
 from relaykit import _card
+from relaykit.auth import APIKeyAuthenticator, Auth
 from relaykit.grpc import to_proto
 
 pytestmark = pytest.mark.interop
@@ -65,11 +66,32 @@ def sdk_card(app: Any) -> AgentCard:
     return AgentCard.FromString(to_proto(card).SerializeToString())
 
 
+def _with_key(details: Any) -> Any:
+    return details._replace(metadata=[*(details.metadata or ()), ("x-api-key", SDK_KEY)])
+
+
+class _APIKey(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Sends the served agent's API key with every unary call (the extended card needs a caller)."""
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(_with_key(details), request)
+
+
+class _APIKeyStreams(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """The same for streams: one caller, so the tasks it makes are its own on every call."""
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(_with_key(details), request)
+
+
+SDK_KEY = "sdk-key"
+
+
 async def sdk_client(app: Any, *, streaming: bool = False) -> Client:
     config = ClientConfig(
         streaming=streaming,
         supported_protocol_bindings=["GRPC"],
-        grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url),
+        grpc_channel_factory=lambda url: grpc.aio.insecure_channel(url, interceptors=[_APIKey(), _APIKeyStreams()]),
     )
     return ClientFactory(config).create(sdk_card(app))
 
@@ -92,7 +114,8 @@ async def send(client: Client, request: SendMessageRequest) -> StreamResponse:
 @pytest.fixture
 async def served(grpc_agent: Callable[..., Any]) -> Any:
     extended = _card.AgentCard(name="interop (extended)", description="more skills", version="1.0.0")
-    app, _address = await grpc_agent(Interop(), extended_card=extended, grace=0.5)
+    auth = Auth(APIKeyAuthenticator({"sdk": SDK_KEY}), required=False)
+    app, _address = await grpc_agent(Interop(), extended_card=extended, grace=0.5, auth=auth)
     return app
 
 

@@ -216,6 +216,26 @@ ROWS: list[Row] = [
             Expect(400, "TASK_NOT_CANCELABLE", status="FAILED_PRECONDITION"),
         ),
     ),
+    # A cross-site form post (simple request: no preflight) must not change state, even with an empty body.
+    Row(
+        "cancel-as-form-post",
+        rest=(
+            rest(
+                "POST",
+                f"/tasks/{DONE}:cancel?A2A-Version=1.0",
+                raw=b"",
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            ),
+            Expect(415, "INVALID_REQUEST", status="INVALID_ARGUMENT"),
+        ),
+    ),
+    Row(
+        "cancel-as-text-post",
+        rest=(
+            rest("POST", f"/tasks/{DONE}:cancel", raw=b"", headers={"Content-Type": "text/plain"}),
+            Expect(415, "INVALID_REQUEST", status="INVALID_ARGUMENT"),
+        ),
+    ),
     Row(
         "message-to-terminal-task",
         jsonrpc=(
@@ -414,9 +434,10 @@ def test_invalid_params_names_the_field(http: httpx.Client, done_task: str, row:
 
 
 def test_every_row_covers_both_bindings_unless_it_has_no_analogue() -> None:
-    # JSON-RPC-only rows are about the JSON-RPC envelope or its method names; the REST-only row is about HTTP verbs.
+    # JSON-RPC-only rows are about the JSON-RPC envelope or its method names; REST-only rows are about HTTP verbs and
+    # bodiless REST calls (JSON-RPC always needs a JSON body, so a form post never gets that far).
     jsonrpc_only = {"not-an-object", "batch", "no-jsonrpc-member", "jsonrpc-1.0", "no-method", "a2a-0.3-method-name"}
-    rest_only = {"wrong-http-method"}
+    rest_only = {"wrong-http-method", "cancel-as-form-post", "cancel-as-text-post"}
     for row in ROWS:
         assert (row.rest is None) == (row.name in jsonrpc_only), row.name
         assert (row.jsonrpc is None) == (row.name in rest_only), row.name

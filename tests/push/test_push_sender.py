@@ -214,12 +214,14 @@ async def test_connect_time_guard_refuses_a_name_that_resolves_to_loopback(
     ok, error, _ = await sender.deliver(_entry(), config)
     assert not ok
     assert "SSRF guard" in error
-    assert "localhost resolves to 127.0.0.1, a loopback address" in error
-    assert "--push-allow 127.0.0.1" in error
+    # The caller reads delivery errors (push status): the name is reported, never the address it resolved to.
+    assert "localhost resolves to a loopback address" in error
+    assert "127.0.0.1" not in error
+    assert "--push-allow localhost" in error
     direct = TaskPushNotificationConfig(id="c-1", task_id="t-1", url=recorder.url("/ssrf"))
     ok, error, _ = await sender.deliver(_entry(), direct)
     assert not ok
-    assert "127.0.0.1, a loopback address" in error
+    assert "127.0.0.1 is a loopback address" in error
     assert recorder.records("/ssrf") == []
 
 

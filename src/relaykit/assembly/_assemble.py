@@ -14,6 +14,10 @@ Rules kept here once:
   ``Cluster`` (and the task store opened ``shared``); any other string but ``memory`` is refused.
 * With push on, config writes go through the ``PushSender``'s cache (the handler's push store *is* that cache), so
   the engine hook never reads the store per event.
+* The card says exactly what is enforced: its ``securitySchemes`` / ``securityRequirements`` are generated from
+  ``auth``, and a card that declares a scheme no configured authenticator verifies refuses to start (``ValueError``).
+  A card passed in already signed is served exactly as given (its security must match ``auth``); otherwise the card
+  is signed last (``card_signing_key``), after its interfaces and security are filled in.
 """
 
 from __future__ import annotations
@@ -34,11 +38,14 @@ from relaykit._card import (
 )
 from relaykit._v03 import VERSION as V03
 from relaykit.assembly._server import A2AServer
+from relaykit.assembly._signing import CardSigner
+from relaykit.auth._gate import Auth
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus
 from relaykit.backends._url import open_push_store, open_store
 from relaykit.backends.memory import LocalEventBus
 from relaykit.push._outbox import open_outbox
+from relaykit.push._secrets import SealedPushConfigStore
 from relaykit.push._sender import DeliveryPolicy, PushEvents, PushSender
 from relaykit.push._signing import PushSigner
 from relaykit.server._agent import FunctionAgent
@@ -60,6 +67,8 @@ __all__ = [
 # The A2A versions relaykit speaks, in the card's order; both are served unless told otherwise.
 PROTOCOLS: tuple[str, ...] = (PROTOCOL_VERSION, V03)
 
+# Where the HTTP app publishes its public keys (push signing, card signing): the card's ``jku``.
+JWKS_PATH = "/.well-known/jwks.json"
 # The base URL of the card (and the push JWT issuer) when none is given: ``relaykit serve``'s default address.
 DEFAULT_PUBLIC_URL = "http://localhost:8000"
 
@@ -107,11 +116,21 @@ def build_card(
     streaming: bool = True,
     push: bool = False,
     extended: bool = False,
+    auth: Auth | None = None,
     protocols: Sequence[str] = (PROTOCOL_VERSION,),
 ) -> AgentCard:
-    """The served card: the given one (or one derived from the executor) with interfaces and capabilities filled."""
+    """The served card: the given one (or one derived from the executor) with interfaces, capabilities and security
+    filled in; a card that is already signed is served as it is (filling anything in would break its signatures)."""
     if card is None:
         card = getattr(executor, "card", None)
+    if card is not None and card.signatures:
+        declared, enforced = set(card.security_schemes), set(auth.security_schemes() if auth else {})
+        if declared != enforced:
+            raise ValueError(
+                f"the signed card declares security schemes {sorted(declared)} but the server enforces "
+                f"{sorted(enforced)}: sign the card the server builds instead (card_signing_key / --card-key)"
+            )
+        return card
     if card is None:
         name = getattr(executor, "name", None) or type(executor).__name__
         doc = inspect.getdoc(executor.fn if isinstance(executor, FunctionAgent) else type(executor)) or ""
@@ -130,7 +149,27 @@ def build_card(
         extensions=caps.extensions,
         extended_agent_card=True if extended else caps.extended_agent_card,
     )
-    return card.model_copy(update={"supported_interfaces": interfaces, "capabilities": capabilities})
+    update: dict[str, Any] = {"supported_interfaces": interfaces, "capabilities": capabilities}
+    update.update(_security(card, auth))
+    return card.model_copy(update=update)
+
+
+def _security(card: AgentCard, auth: Auth | None) -> dict[str, Any]:
+    """The card's securitySchemes / securityRequirements: what ``auth`` enforces, nothing it does not."""
+    enforced = auth.security_schemes() if auth is not None else {}
+    declared = set(card.security_schemes)
+    for skill in card.skills:
+        for requirement in skill.security_requirements:
+            declared.update(requirement.schemes)
+    unverified = sorted(declared - set(enforced))
+    if unverified:
+        raise ValueError(
+            f"the agent card declares security scheme(s) {', '.join(unverified)} that no configured authenticator "
+            "verifies: configure auth (relaykit.auth.Auth, --auth-jwks, --api-keys, --ssl-ca-certs) or remove them"
+        )
+    if auth is None:
+        return {}
+    return {"security_schemes": enforced, "security_requirements": auth.security_requirements()}
 
 
 def assemble(
@@ -166,6 +205,10 @@ def assemble(
     heartbeat: float | None = None,
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
+    auth: Auth | None = None,
+    card_signing_key: Any = None,
+    card_key_id: str | None = None,
+    push_secrets_key: str | bytes | Sequence[str | bytes] | None = None,
     protocols: str | Sequence[str] = PROTOCOLS,
     telemetry: Telemetry | bool | None = None,
     metrics: bool = False,
@@ -189,6 +232,12 @@ def assemble(
     host application, or ``relaykit.telemetry.configure_otel()``) and records metrics when a meter provider is;
     ``False`` turns it all off; a ``Telemetry`` is used as given. ``metrics=True`` records metrics and serves them
     as Prometheus text at ``GET /metrics`` on the HTTP app.
+
+    ``auth`` (``relaykit.auth.Auth``): who may call, enforced on every binding and version; the card's security is
+    generated from it. ``card_signing_key`` (PEM private key, bytes or a cryptography key) signs the served card
+    (RFC 8785 + JWS, ``kid`` ``card_key_id`` or the key's JWK thumbprint); its public key joins
+    ``/.well-known/jwks.json``. ``push_secrets_key`` (a Fernet key, or several: the first seals) encrypts push
+    credentials in the store.
     """
     served_versions = parse_protocols(protocols)
     redis_url = bus if isinstance(bus, str) and bus != "memory" else None
@@ -206,6 +255,8 @@ def assemble(
     executor = as_executor(executor, store=task_store)
     if push_store is None:
         push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
+    if push_secrets_key is not None:
+        push_store = SealedPushConfigStore(push_store, push_secrets_key)
     sender: PushSender | None = None
     signer: PushSigner | None = None
     if push:
@@ -266,9 +317,17 @@ def assemble(
         streaming=streaming,
         push=push,
         extended=extended_card is not None,
+        auth=auth,
         protocols=served_versions,
     )
-    handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card)
+    card_signer = (
+        CardSigner(card_signing_key, kid=card_key_id, jku=base_url.rstrip("/") + JWKS_PATH)
+        if card_signing_key is not None
+        else None
+    )
+    if card_signer is not None:
+        served = card_signer.sign(served)
+    handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card, auth=auth)
     if sender is not None:
         handler.push_url_check = sender.check_config
     server = A2AServer(engine, handler, grace=grace, retention=retention)
@@ -277,6 +336,7 @@ def assemble(
     server.push_sender = sender
     server.push_signer = signer
     server.public_url = public_url
+    server.card_signer = card_signer
     server.protocols = served_versions
     if telemetry is None or telemetry is True:
         telemetry = telemetry_for(metrics=True if metrics else None)

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from relaykit.assembly._signing import CardSigner
 from relaykit.push._sender import PushSender
 from relaykit.push._signing import PushSigner
 from relaykit.server._engine import TaskEngine
@@ -67,6 +68,17 @@ class A2AServer:
         # Observability (relaykit.telemetry.Telemetry) or None (off); ``metrics_endpoint``: serve GET /metrics.
         self.telemetry: Telemetry | None = None
         self.metrics_endpoint = False
+        # Signs the served card (``card_signing_key``); the HTTP app re-signs a card whose URLs follow the request.
+        self.card_signer: CardSigner | None = None
+
+    def jwks(self) -> dict[str, Any] | None:
+        """The public keys this agent publishes at ``/.well-known/jwks.json`` (push and card signing), or None."""
+        keys: list[dict[str, Any]] = []
+        if self.push_signer is not None:
+            keys.extend(self.push_signer.jwks()["keys"])
+        if self.card_signer is not None:
+            keys.append(self.card_signer.jwk)
+        return {"keys": keys} if keys else None
 
     async def start(self) -> None:
         """Open stores and recover orphans (idempotent)."""
@@ -75,6 +87,8 @@ class A2AServer:
         async with self._lock:
             if self.started:
                 return
+            # Authenticators first (a JWKS fetch can refuse the start before any store is opened).
+            await self.handler.auth.start()
             # Recovery after the push sender started: a task failed "server restarted" notifies its webhooks.
             await self.engine.start(recover=False)
             await self.handler.push_store.start()
@@ -125,6 +139,7 @@ class A2AServer:
             # After the engine: the notifications of its last events (e.g. "server shutdown") are queued by now.
             await self.push_sender.stop(drain=min(self.grace, 2.0))
         await self.handler.push_store.close()
+        await self.handler.auth.close()
         self.started = False
 
     @contextlib.asynccontextmanager

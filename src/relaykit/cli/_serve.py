@@ -29,6 +29,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from relaykit.cli._fail import CliError, debug_enabled, describe, report
+from relaykit.cli._security import (
+    add_security_options,
+    any_security_option,
+    grpc_credentials,
+    security_kwargs,
+    tls_on,
+    uvicorn_tls,
+    with_client_certs,
+)
 from relaykit.cli._target import load_target, target_file
 
 __all__ = ["add_serve_parser", "parse_duration", "run_serve"]
@@ -88,6 +97,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
     p.add_argument("--inspector", action="store_true", help="serve the web inspector at /inspector/")
     add_cluster_options(p)
+    add_security_options(p)
     p.add_argument(
         "--worker",
         action=argparse.BooleanOptionalAction,
@@ -200,13 +210,17 @@ def _checked_bus(args: argparse.Namespace) -> str:
     return bus
 
 
+def _default_public_url(args: argparse.Namespace) -> str:
+    return f"{'https' if tls_on(args) else 'http'}://localhost:{args.port}"
+
+
 def _assemble(target: Any, args: argparse.Namespace) -> Any:
     """The ``A2AServer`` the flags describe for an executor (``relaykit.assembly.assemble``); ``CliError`` for a
     refused combination of options or a missing extra (the message carries the install hint)."""
     from relaykit.assembly import assemble
 
     bus = _checked_bus(args)
-    public_url = args.public_url or f"http://localhost:{args.port}"
+    public_url = args.public_url or _default_public_url(args)
     metrics = getattr(args, "metrics", False)
     telemetry: Any = None  # the default: on when an OpenTelemetry SDK is set up (--otel), or --metrics
     if getattr(args, "log_format", "text") == "json":
@@ -236,6 +250,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
             metrics=metrics,
             telemetry=telemetry,
             **_push_kwargs(args),
+            **security_kwargs(args),
         )
     except (ImportError, ValueError) as exc:
         raise CliError(describe(exc)) from exc
@@ -263,6 +278,12 @@ def build_app(args: argparse.Namespace) -> Any:
     _checked_bus(args)
     target = load_target(args.target)
     if _app_server(target) is not None:
+        given = any_security_option(args)
+        if given:
+            raise CliError(
+                f"{', '.join(given)} cannot change an app made with create_app: pass auth=, extended_card=, "
+                "card_signing_key= to create_app instead"
+            )
         return target
     return http_app(_assemble(target, args), keepalive=args.keepalive, inspector=getattr(args, "inspector", False))
 
@@ -314,6 +335,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
     setup_observability(args)
     if args.reload:
+        if tls_on(args):
+            raise CliError("--reload cannot be combined with --ssl-certfile (a development server speaks plain HTTP)")
         return _run_reload(args)
     app = build_app(args)
     config = uvicorn.Config(
@@ -327,7 +350,10 @@ def run_serve(args: argparse.Namespace) -> int:
         log_config=None if getattr(args, "log_format", "text") == "json" else uvicorn.config.LOGGING_CONFIG,
         lifespan="on",
         timeout_graceful_shutdown=max(1, int(args.grace) + 1),
+        **uvicorn_tls(args),
     )
+    if args.ssl_ca_certs:
+        with_client_certs(config)
     sock = _bind(args.host, args.port)
     if args.grpc_port is not None:
         # Checked now, like the HTTP port, so a taken port is one line before anything starts (gRPC's own bind
@@ -339,7 +365,7 @@ def run_serve(args: argparse.Namespace) -> int:
             raise
     server = _DrainingServer(config, app, target=args.target, public_url=args.public_url)
     if getattr(args, "inspector", False):
-        public = args.public_url or f"http://localhost:{args.port}"
+        public = args.public_url or _default_public_url(args)
         server.extra_lines.append(f"relaykit: inspector at {public.rstrip('/')}/inspector/")
 
     async def main() -> int:
@@ -353,7 +379,7 @@ def run_serve(args: argparse.Namespace) -> int:
             # gRPC next to HTTP, on the same A2AServer: one engine, one store, one drain.
             from relaykit.grpc import GrpcServer
 
-            server.grpc = GrpcServer(app, host=args.host, port=args.grpc_port)
+            server.grpc = GrpcServer(app, host=args.host, port=args.grpc_port, credentials=grpc_credentials(args))
             try:
                 await server.grpc.start()
             except (OSError, RuntimeError) as exc:
@@ -464,9 +490,10 @@ class _ListeningServer(_Base):  # type: ignore[misc]
         self.started_ok = True
         port = self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port
         host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
-        public = (self.public_url or f"http://localhost:{port}").rstrip("/")
+        scheme = "https" if self.config.is_ssl else "http"
+        public = (self.public_url or f"{scheme}://localhost:{port}").rstrip("/")
         print(
-            f"relaykit: serving {self.target} on http://{host}:{port} — agent card at "
+            f"relaykit: serving {self.target} on {scheme}://{host}:{port} — agent card at "
             f"{public}/.well-known/agent-card.json (Ctrl-C stops)",
             flush=True,
         )

@@ -9,7 +9,15 @@
 """
 
 from relaykit.client._auth import APIKeyAuth, BearerAuth, Interceptor, OAuth2ClientCredentials, TraceContext
-from relaykit.client._card import CardResolver, canonical_card, choose_interface, parse_card, sign_card, verify_card
+from relaykit.client._card import (
+    CardResolver,
+    canonical_card,
+    card_keys,
+    choose_interface,
+    parse_card,
+    sign_card,
+    verify_card,
+)
 from relaykit.client._client import Client
 from relaykit.client._policies import ResumePolicy, RetryPolicy
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport
@@ -28,6 +36,7 @@ __all__ = [
     "RetryPolicy",
     "TraceContext",
     "canonical_card",
+    "card_keys",
     "choose_interface",
     "parse_card",
     "sign_card",

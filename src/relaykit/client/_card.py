@@ -2,8 +2,8 @@
 
 * ``CardResolver`` fetches ``/.well-known/agent-card.json``, keeps it for its ``Cache-Control: max-age`` and
   revalidates with ``If-None-Match`` (a 304 keeps the cached card).
-* ``verify_card`` checks a card's detached JWS signatures (RFC 7515, payload canonicalised per RFC 8785) against a
-  key, with the algorithms pinned.
+* ``verify_card`` / ``sign_card`` (from ``relaykit._jws``, shared with the server's ``--card-key``) check and make a
+  card's detached JWS signatures (RFC 7515, payload canonicalised per RFC 8785), with the algorithms pinned.
 * ``choose_interface`` filters and orders the card's ``supportedInterfaces``: A2A 1.0 before 0.3, then the client's
   preference; ties keep the card's order (the server's preference). Given a ``version`` ("1.0" or "0.3"), only
   interfaces of that major version count (a dual-stack card can be spoken to as 0.3). A card with nothing usable
@@ -12,23 +12,30 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 from pydantic import ValidationError
 
 from relaykit._card import AgentCard, AgentInterface
 from relaykit._errors import A2AConnectionError, A2AInvalidCardError, A2ATimeoutError
+from relaykit._jws import canonical_card, sign_card, verify_card
 from relaykit._v03 import card_in, is_v03
 
-__all__ = ["CARD_PATH", "CardResolver", "canonical_card", "choose_interface", "parse_card", "sign_card", "verify_card"]
+__all__ = [
+    "CARD_PATH",
+    "CardResolver",
+    "canonical_card",
+    "card_keys",
+    "choose_interface",
+    "parse_card",
+    "sign_card",
+    "verify_card",
+]
 
 CARD_PATH = "/.well-known/agent-card.json"
 _MAX_AGE = re.compile(r"max-age=(\d+)")
@@ -142,76 +149,47 @@ def _major(version: str) -> str:
     return version.strip().split(".", 1)[0]
 
 
-# --- signatures --------------------------------------------------------------------------------------------
+async def card_keys(
+    card: AgentCard, trusted: Sequence[str], *, http: httpx.AsyncClient | None = None
+) -> dict[str, object]:
+    """The ``{kid: key}`` of the JWKS the card's signatures name in ``jku``, for ``verify_card``; only a ``jku`` that
+    starts with one of ``trusted`` (e.g. ``"https://agent.example/"``) is fetched, never one the card alone vouches for.
+
+    >>> # verify_card(card, await card_keys(card, ["https://agent.example/"]), algorithms=["ES256"])
+    """
+    import jwt
+
+    urls: list[str] = []
+    for signature in card.signatures:
+        jku = _jku(signature.protected)
+        if jku and any(jku.startswith(prefix) for prefix in trusted) and jku not in urls:
+            urls.append(jku)
+    keys: dict[str, object] = {}
+    client = http or httpx.AsyncClient(timeout=10.0)
+    try:
+        for url in urls:
+            try:
+                document = (await client.get(url)).json()
+            except (httpx.HTTPError, ValueError) as exc:
+                raise A2AConnectionError(f"cannot fetch the card's keys at {url}: {exc}") from exc
+            for entry in document.get("keys", []) if isinstance(document, dict) else []:
+                if isinstance(entry, dict) and entry.get("kid"):
+                    try:
+                        keys[str(entry["kid"])] = jwt.PyJWK(entry).key
+                    except jwt.PyJWTError:
+                        continue  # a key this client cannot use verifies nothing
+    finally:
+        if http is None:
+            await client.aclose()
+    return keys
 
 
-def canonical_card(card: AgentCard) -> bytes:
-    """The RFC 8785 (JCS) canonical form of a card without its signatures: the JWS payload."""
-    data: dict[str, Any] = card.to_dict()
-    data.pop("signatures", None)
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+def _jku(protected: str) -> str | None:
+    import base64
 
-
-def _protected_header(protected: str) -> dict[str, Any]:
     try:
         header = json.loads(base64.urlsafe_b64decode(protected + "=" * (-len(protected) % 4)))
-    except (ValueError, binascii.Error):
-        return {}
-    return header if isinstance(header, dict) else {}
-
-
-def verify_card(card: AgentCard, key: Any, *, algorithms: Sequence[str] = ("ES256", "RS256")) -> None:
-    """Verify at least one of the card's signatures with ``key``; raise ``A2AInvalidCardError`` otherwise.
-
-    A signature is a detached JWS (RFC 7515 Appendix F): the signing input is ``protected + "." +
-    base64url(canonical card)`` (digest §7.5), what a2a-sdk signs and verifies. Signatures with an unencoded payload
-    (RFC 7797, ``"b64": false``), which earlier relaykit versions made, are accepted too.
-    """
-    try:
-        import jwt
-    except ImportError as exc:  # pragma: no cover - depends on extras
-        raise ImportError("card signature verification needs PyJWT: pip install 'relaykit[signing]'") from exc
-    if not card.signatures:
-        raise A2AInvalidCardError(f"agent card {card.name!r} is not signed")
-    payload = canonical_card(card)
-    encoded = base64.urlsafe_b64encode(payload).rstrip(b"=").decode("ascii")
-    errors: list[str] = []
-    for signature in card.signatures:
-        unencoded = _protected_header(signature.protected).get("b64") is False
-        try:
-            if unencoded:
-                jwt.api_jws.PyJWS().decode_complete(
-                    f"{signature.protected}..{signature.signature}",
-                    key=key,
-                    algorithms=list(algorithms),
-                    detached_payload=payload,
-                )
-            else:
-                jwt.api_jws.PyJWS().decode_complete(
-                    f"{signature.protected}.{encoded}.{signature.signature}", key=key, algorithms=list(algorithms)
-                )
-            return
-        except jwt.PyJWTError as exc:
-            errors.append(str(exc))
-    raise A2AInvalidCardError(f"agent card {card.name!r}: no signature verifies ({'; '.join(errors)})")
-
-
-def sign_card(card: AgentCard, key: Any, *, algorithm: str = "ES256", kid: str, jku: str | None = None) -> AgentCard:
-    """A copy of ``card`` with one more detached JWS signature (protected header: alg, kid, typ JOSE, jku)."""
-    try:
-        import jwt
-    except ImportError as exc:  # pragma: no cover - depends on extras
-        raise ImportError("card signing needs PyJWT: pip install 'relaykit[signing]'") from exc
-    from relaykit._card import AgentCardSignature
-
-    headers: dict[str, Any] = {"kid": kid, "typ": "JOSE"}
-    if jku:
-        headers["jku"] = jku
-    # Bug fix: this signed with an unencoded payload (RFC 7797 "b64": false, via PyJWT's is_payload_detached), whose
-    # signing input is the raw JSON. The A2A signing input is base64url(header) "." base64url(payload) (digest §7.5,
-    # RFC 7515 Appendix F), so neither a2a-sdk nor any spec verifier accepted relaykit's signatures. Sign the
-    # ordinary compact form and leave the payload segment out of the card.
-    token = jwt.api_jws.PyJWS().encode(canonical_card(card), key, algorithm=algorithm, headers=headers)
-    protected, _, sig = token.split(".")
-    signature = AgentCardSignature(protected=protected, signature=sig)
-    return card.model_copy(update={"signatures": [*card.signatures, signature]})
+    except ValueError:
+        return None
+    value = header.get("jku") if isinstance(header, dict) else None
+    return value if isinstance(value, str) else None

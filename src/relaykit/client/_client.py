@@ -23,6 +23,7 @@ import asyncio
 import importlib
 import importlib.util
 import inspect
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -98,6 +99,9 @@ class Client:
     >>> async def main():
     ...     async with Client("http://localhost:8000") as client:
     ...         print(await client.ask("hello"))
+
+    TLS: ``ca_certs`` (a PEM bundle to trust instead of the system's) and ``client_cert`` (``(certfile, keyfile)``,
+    or one PEM file with both, for mutual TLS) apply to every binding: HTTP and gRPC alike.
     """
 
     def __init__(
@@ -121,6 +125,8 @@ class Client:
         max_turns: int = 20,
         transport: ClientTransport | None = None,
         tracer_provider: Any = None,
+        ca_certs: str | None = None,
+        client_cert: str | tuple[str, str] | None = None,
     ) -> None:
         if url is None and card is None and transport is None:
             raise ValueError("give the agent's base URL, its card, or a transport")
@@ -141,8 +147,18 @@ class Client:
         self.max_turns = max_turns
         self.interface: AgentInterface | None = None
         self._owns_http = http is None
+        # TLS on every binding: the same CA bundle and client certificate for HTTP and for gRPC.
+        self.ca_certs = ca_certs
+        self.client_cert = client_cert
+        verify: ssl.SSLContext | bool = True
+        if ca_certs is not None or client_cert is not None:
+            verify = ssl.create_default_context(cafile=ca_certs)
+            if client_cert is not None:
+                certfile, keyfile = (client_cert, None) if isinstance(client_cert, str) else client_cert
+                verify.load_cert_chain(certfile, keyfile)
         # Long-running agents: no read timeout on streams unless asked; unary calls get ``timeout``.
         self._http = http or httpx.AsyncClient(
+            verify=verify,
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         )
@@ -189,8 +205,12 @@ class Client:
             )
         if binding == "GRPC" and _grpc_available():
             module = importlib.import_module("relaykit.client._grpc")
+            # A gRPC interface is a bare host:port: TLS when the client was given TLS material or found the card
+            # over HTTPS (an agent serving HTTPS serves its gRPC port with the same certificate).
+            secure = self.ca_certs is not None or self.client_cert is not None or (self.url or "").startswith("https:")
             transport: ClientTransport = module.GrpcTransport(
                 interface.url,
+                credentials=module.channel_credentials(self.ca_certs, self.client_cert) if secure else None,
                 tenant=interface.tenant,
                 timeout=self._timeout,
                 stream_timeout=self._stream_timeout.read,

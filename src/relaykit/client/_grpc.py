@@ -42,7 +42,7 @@ from relaykit._types import StreamResponse
 from relaykit._v03 import _grpc as grpc03
 from relaykit.client._transport import A2A_VERSION, StreamEvent
 
-__all__ = ["GrpcTransport", "grpc_error"]
+__all__ = ["GrpcTransport", "channel_credentials", "grpc_error"]
 
 _DETAILS_KEY = "grpc-status-details-bin"
 
@@ -111,6 +111,24 @@ def grpc_error(exc: grpc.aio.AioRpcError, target: str) -> A2AError:
     if isinstance(err, ServiceUnavailableError):
         err.retryable = True  # type: ignore[attr-defined]
     return err
+
+
+def channel_credentials(
+    ca_certs: str | None = None, client_cert: str | tuple[str, str] | None = None
+) -> grpc.ChannelCredentials:
+    """TLS channel credentials: ``ca_certs`` (PEM bundle; the system roots when None) and a client certificate
+    (``(certfile, keyfile)``, or one PEM file holding both) for mutual TLS."""
+
+    def read(path: str | None) -> bytes | None:
+        if path is None:
+            return None
+        with open(path, "rb") as file:
+            return file.read()
+
+    certfile, keyfile = (client_cert, client_cert) if isinstance(client_cert, str) else (client_cert or (None, None))
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(ca_certs), private_key=read(keyfile), certificate_chain=read(certfile)
+    )
 
 
 class GrpcTransport:

@@ -21,12 +21,7 @@ has id first + *k*) and trailing metadata ``a2a-last-event-id``.
 """
 
 from relaykit._proto import FIRST_EVENT_ID, LAST_EVENT_ID, POOL, RESUME_FROM, SERVICE_NAME, from_proto, to_proto
-from relaykit.grpc._server import (
-    Authenticator,
-    GrpcBinding,
-    GrpcServer,
-    error_status,
-)
+from relaykit.grpc._server import GrpcBinding, GrpcServer, error_status, peer_certificate, server_credentials
 
 __all__ = [
     "FIRST_EVENT_ID",
@@ -34,10 +29,11 @@ __all__ = [
     "POOL",
     "RESUME_FROM",
     "SERVICE_NAME",
-    "Authenticator",
     "GrpcBinding",
     "GrpcServer",
     "error_status",
     "from_proto",
+    "peer_certificate",
+    "server_credentials",
     "to_proto",
 ]

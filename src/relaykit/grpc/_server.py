@@ -17,12 +17,16 @@ the ``RequestHandler`` method the operation names, and encodes the result. Wire 
 * A client that cancels a stream releases only its own subscription; the task runs on.
 * A2A 0.3: ``GrpcServer`` also serves 0.3's ``a2a.v1.A2AService`` when the assembly speaks 0.3; its rpcs are the
   same closures over the same handler, given the 0.3 codec's decode/encode (``relaykit._v03._grpc``).
+* **Auth**: every call, of either version, is authenticated by the server's one ``relaykit.auth.Auth`` (metadata
+  such as ``authorization`` / ``x-api-key``, and the client certificate of a mutual-TLS channel) before its request
+  is decoded; a refusal is UNAUTHENTICATED (PERMISSION_DENIED from an interceptor), with the usual status details.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
@@ -61,18 +65,15 @@ from relaykit._proto import (
 )
 from relaykit._types import SendMessageResponse
 from relaykit._v03 import _grpc as v03
-from relaykit.server._context import ANONYMOUS, CallContext
+from relaykit.auth._gate import AuthRequest
+from relaykit.server._context import CallContext
 from relaykit.server._handler import RequestHandler
 
-__all__ = ["Authenticator", "GrpcBinding", "GrpcServer", "error_status"]
+__all__ = ["GrpcBinding", "GrpcServer", "error_status", "peer_certificate"]
 
 log = logging.getLogger("relaykit.grpc")
 
 SUPPORTED_VERSIONS = ("1.0",)
-
-# Who is calling, from the call's metadata: a principal name, or None for anonymous. Raise
-# AuthenticationRequiredError / PermissionDeniedError to refuse the call.
-Authenticator = Callable[[Mapping[str, str]], Awaitable[str | None]]
 
 
 def _pack(detail: dict[str, Any]) -> any_pb2.Any | None:
@@ -143,6 +144,15 @@ def _metadata(context: Any) -> dict[str, str]:
     return out
 
 
+def peer_certificate(context: Any) -> bytes | None:
+    """The DER client certificate a mutual-TLS channel verified, if any."""
+    auth_context = context.auth_context() or {}
+    pem = auth_context.get("x509_pem_cert")
+    if not pem:
+        return None
+    return ssl.PEM_cert_to_DER_cert(pem[0].decode("ascii"))
+
+
 def _resume_point(metadata: Mapping[str, str]) -> int | None:
     text = metadata.get(RESUME_FROM, "").strip()
     if not text:
@@ -158,6 +168,17 @@ def _extension_metadata(call: CallContext) -> tuple[tuple[str, str], ...]:
     return (("a2a-extensions", ", ".join(sorted(call.activated_extensions))),)
 
 
+def server_credentials(certfile: str, keyfile: str, ca_certs: str | None = None) -> grpc.ServerCredentials:
+    """TLS for the gRPC port from PEM files; with ``ca_certs`` clients must present a certificate signed by it."""
+    with open(keyfile, "rb") as key, open(certfile, "rb") as cert:
+        pair = (key.read(), cert.read())
+    roots = None
+    if ca_certs is not None:
+        with open(ca_certs, "rb") as ca:
+            roots = ca.read()
+    return grpc.ssl_server_credentials([pair], root_certificates=roots, require_client_auth=roots is not None)
+
+
 class GrpcBinding:
     """The A2AService rpcs over a ``RequestHandler``, as one ``grpc.GenericRpcHandler``.
 
@@ -168,11 +189,9 @@ class GrpcBinding:
         self,
         handler: RequestHandler,
         *,
-        authenticate: Authenticator | None = None,
         ensure_started: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.handler = handler
-        self.authenticate = authenticate
         self.ensure_started = ensure_started
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
@@ -209,10 +228,11 @@ class GrpcBinding:
         if self.ensure_started is not None:
             await self.ensure_started()
         metadata = _metadata(context)
+        auth = self.handler.auth
+        principal = await auth.authenticate(
+            AuthRequest(metadata, binding="GRPC", peer_cert=lambda: peer_certificate(context))
+        )
         check_version(metadata.get("a2a-version"))
-        user = ANONYMOUS
-        if self.authenticate is not None:
-            user = await self.authenticate(metadata) or ANONYMOUS
         try:
             request = decode(data)
         except DecodeError as exc:
@@ -221,10 +241,16 @@ class GrpcBinding:
             ) from None
         except ValidationError as exc:
             raise invalid_params(exc) from None
+        if auth.interceptors:
+            await auth.authorize(op.name, principal, request)
         raw = metadata.get("a2a-extensions") or metadata.get("x-a2a-extensions") or ""
         requested = frozenset(part.strip() for part in raw.split(",") if part.strip())
         call = CallContext(
-            user=user, tenant=getattr(request, "tenant", ""), requested_extensions=requested, headers=metadata
+            user=principal.id,
+            tenant=getattr(request, "tenant", ""),
+            requested_extensions=requested,
+            headers=metadata,
+            principal=principal,
         )
         self.handler.negotiate_extensions(call)
         return request, call, metadata
@@ -359,7 +385,8 @@ class GrpcServer:
 
     ``target`` is an ``A2AServer`` (``relaykit.assembly.assemble(...)``, or ``app.state.relaykit`` of a
     ``create_app`` app), such an app itself, or a bare ``RequestHandler``. ``start()`` starts the engine too
-    (idempotent), so gRPC and HTTP share one engine and store.
+    (idempotent), so gRPC and HTTP share one engine and store, and the same ``auth`` (the target's handler's).
+    ``credentials`` (``server_credentials(cert, key, ca)``) serves TLS, with client certificates when ``ca`` is given.
 
     >>> # grpc_server = GrpcServer(app, host="127.0.0.1", port=50051)
     >>> # await grpc_server.start(); ...; await grpc_server.stop(grace=5)
@@ -371,7 +398,7 @@ class GrpcServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        authenticate: Authenticator | None = None,
+        credentials: grpc.ServerCredentials | None = None,
         max_message: int = 10 * 1024 * 1024,
         reflection: bool = True,
         health: bool = True,
@@ -391,9 +418,9 @@ class GrpcServer:
         self.v03 = v03 if v03 is not None else "0.3" in getattr(self.a2a_server, "protocols", ())
         self.host = host
         self.port = port
+        self.credentials = credentials
         self.binding = GrpcBinding(
             handler,
-            authenticate=authenticate,
             ensure_started=self._ensure_started if self.a2a_server is not None else None,
         )
         self._options = (
@@ -451,7 +478,10 @@ class GrpcServer:
             _add_file(_reflection_pb2.DESCRIPTOR)
             services.append(reflection.SERVICE_NAME)
             reflection.enable_server_reflection(services, server, pool=POOL)
-        bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        if self.credentials is not None:
+            bound = server.add_secure_port(f"{self.host}:{self.port}", self.credentials)
+        else:
+            bound = server.add_insecure_port(f"{self.host}:{self.port}")
         if not bound:
             raise OSError(f"cannot listen for gRPC on {self.host}:{self.port}")
         self.port = int(bound)

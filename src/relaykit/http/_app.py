@@ -22,7 +22,7 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from email.utils import formatdate
 from typing import Any
 
@@ -37,6 +37,7 @@ from relaykit._v03 import VERSION as V03
 from relaykit._v03 import card_json
 from relaykit.assembly._assemble import PROTOCOLS, assemble, build_card, http_interfaces
 from relaykit.assembly._server import A2AServer
+from relaykit.auth._gate import Auth
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus
 from relaykit.http._asgi import Receive, Scope, Send, header, send_bytes
@@ -97,10 +98,20 @@ class _CardEndpoint:
     each base's card is encoded once and the last ``CARD_BASES`` are kept. Otherwise the card is served as built.
     """
 
-    def __init__(self, card: AgentCard, *, follow_request: bool = False, max_age: int = 300) -> None:
+    def __init__(
+        self,
+        card: AgentCard,
+        *,
+        follow_request: bool = False,
+        max_age: int = 300,
+        signer: Callable[[AgentCard], AgentCard] | None = None,
+    ) -> None:
         self.card = card
         self.max_age = max_age
-        self.fixed = None if follow_request else _RenderedCard(card, max_age)
+        # A signed card is served exactly as signed: its URLs cannot follow the request unless we sign each variant.
+        self.signer = signer
+        follow = follow_request and (signer is not None or not card.signatures)
+        self.fixed = None if follow else _RenderedCard(card, max_age)
         self._by_base: dict[str, _RenderedCard] = {}
 
     def _for_base(self, base: str) -> _RenderedCard:
@@ -114,7 +125,12 @@ class _CardEndpoint:
                     interfaces.extend(http_interfaces(base, interface.protocol_version))
                 elif interface.protocol_binding != HTTP_JSON:
                     interfaces.append(interface)
-            card = self.card.model_copy(update={"supported_interfaces": interfaces})
+            update: dict[str, Any] = {"supported_interfaces": interfaces}
+            if self.signer is not None:
+                update["signatures"] = []
+            card = self.card.model_copy(update=update)
+            if self.signer is not None:
+                card = self.signer(card)
             rendered = _RenderedCard(card, self.max_age)
             if len(self._by_base) >= CARD_BASES:
                 del self._by_base[next(iter(self._by_base))]  # the oldest: a bound, not a policy
@@ -313,17 +329,19 @@ def http_app(
     # JSON-RPC first: no other route matches POST / (the REST mount takes it only as a fallback), and _App calls
     # the first route directly for that request.
     rpc_route = Route("/", jsonrpc, methods=["POST"])
-    card = _CardEndpoint(handler.card, follow_request=server.public_url is None)
+    signer = server.card_signer.sign if server.card_signer is not None else None
+    card = _CardEndpoint(handler.card, follow_request=server.public_url is None, signer=signer)
     routes: list[BaseRoute] = [
         rpc_route,
         Route(CARD_PATH, card, methods=["GET", "HEAD"]),
         Route("/healthz", _Health(), methods=["GET", "HEAD"]),
         Route("/readyz", _Ready(server), methods=["GET", "HEAD"]),
     ]
-    if server.push_signer is not None:
-        routes.append(Route(JWKS_PATH, JWKSEndpoint(server.push_signer), methods=["GET", "HEAD"]))
+    jwks = server.jwks()
+    if jwks is not None:
+        routes.append(Route(JWKS_PATH, JWKSEndpoint(jwks), methods=["GET", "HEAD"]))
     if server.push_sender is not None:
-        status = PushStatusEndpoint(server.push_sender, server.engine)
+        status = PushStatusEndpoint(server.push_sender, server.engine, handler.auth)
         routes.append(Route(STATUS_PATH, _Guarded(server, status), methods=["GET"]))
     if server.metrics_endpoint:
         routes.append(Route("/metrics", _Metrics(server), methods=["GET", "HEAD"]))
@@ -377,6 +395,10 @@ def create_app(
     protocols: str | Sequence[str] = PROTOCOLS,
     telemetry: Telemetry | bool | None = None,
     metrics: bool = False,
+    auth: Auth | None = None,
+    card_signing_key: Any = None,
+    card_key_id: str | None = None,
+    push_secrets_key: str | bytes | Sequence[str | bytes] | None = None,
     inspector: bool = False,
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root), and
@@ -418,6 +440,13 @@ def create_app(
 
     Observability (``relaykit.telemetry``): spans when an OpenTelemetry SDK is set up (``telemetry=None``, the
     default), ``telemetry=False`` for none; ``metrics=True`` serves Prometheus text at ``GET /metrics``.
+
+    Security: ``auth`` (``relaykit.auth.Auth``) authenticates every operation on every binding (401 +
+    ``WWW-Authenticate`` when refused) and generates the card's ``securitySchemes`` / ``securityRequirements``; the
+    extended card is served to authenticated callers only. ``card_signing_key`` signs the served card (RFC 8785 +
+    JWS; ``card_key_id`` names the key) and publishes its public key at ``/.well-known/jwks.json``. A ``card`` that
+    is already signed is served exactly as given. ``push_secrets_key`` (``relaykit.push.new_secrets_key()``)
+    encrypts push credentials at rest in every store.
     """
     # Every option but the HTTP ones is assemble's, by the same name and default (tests/test_assembly.py checks the
     # two signatures agree), so they are passed on as they came.

@@ -7,6 +7,9 @@ one decode into core models, one handler call, one encode. Rules kept here once 
 * ``A2A-Version`` (header, or ``A2A-Version`` query parameter) must be ``1.0`` (a patch part is ignored); missing
   means 0.3 (digest §1): served through the 0.3 codec (``relaykit._v03``) when the app speaks 0.3, otherwise
   VersionNotSupportedError;
+* who is calling is decided by the server's one ``relaykit.auth.Auth`` (``authenticate``): headers, the TLS client
+  certificate (``relaykit.http._tls``) and a principal a Starlette authentication middleware put in ``scope["user"]``
+  go in; a refusal is 401 with ``WWW-Authenticate`` (``auth_headers``), whatever the protocol version;
 * SSE: every event carries ``id:`` (the task's event sequence), keep-alive comments go out while idle, and a client
   disconnect stops the stream and releases its tap, but never cancels the task.
 """
@@ -24,12 +27,16 @@ from starlette.datastructures import Headers
 
 from relaykit._errors import (
     A2AError,
+    AuthenticationRequiredError,
     InternalError,
     InvalidRequestError,
     PayloadTooLargeError,
     VersionNotSupportedError,
 )
-from relaykit.server._context import ANONYMOUS, CallContext
+from relaykit._principal import ANONYMOUS_PRINCIPAL, Principal
+from relaykit.auth._gate import Auth, AuthRequest
+from relaykit.http._tls import peer_certificate
+from relaykit.server._context import CallContext
 
 __all__ = [
     "ASGIApp",
@@ -37,6 +44,8 @@ __all__ = [
     "Scope",
     "Send",
     "UnsupportedMediaTypeError",
+    "auth_headers",
+    "authenticate",
     "call_context",
     "check_version",
     "read_body",
@@ -176,17 +185,59 @@ def tag_request(scope: Scope, operation: str, request: Any) -> None:
 _TASK_ID_OPS = frozenset({"GetTask", "CancelTask", "SubscribeToTask"})
 
 
-def call_context(scope: Scope, tenant: str = "") -> CallContext:
-    """Who is calling: the principal an auth middleware put in ``scope["user"]``, the tenant, the extensions."""
-    user = ANONYMOUS
-    principal = scope.get("user")
-    if principal is not None and getattr(principal, "is_authenticated", False):
-        user = str(getattr(principal, "identity", None) or getattr(principal, "display_name", "") or ANONYMOUS)
+def scope_user(scope: Scope) -> Principal | None:
+    """The principal a Starlette authentication middleware established (``scope["user"]``), or None.
+
+    Its id is the user's ``identity``, never its display name (two "Alice Smith"s are two people). A user that says it
+    is authenticated but has no identity cannot be told apart from others: refused (401), never a 500, never shared.
+    """
+    user = scope.get("user")
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    try:
+        identity = user.identity
+    except (AttributeError, NotImplementedError):
+        identity = None
+    if not isinstance(identity, str) or not identity:
+        log.warning("scope['user'] is authenticated but has no identity (BaseUser.identity): request refused")
+        raise AuthenticationRequiredError("the authenticated user has no stable identity")
+    return Principal("user", identity)
+
+
+async def authenticate(scope: Scope, auth: Auth, binding: str) -> Principal:
+    """Who is calling (``relaykit.auth.Auth.authenticate``): raises ``AuthenticationRequiredError`` to refuse."""
+    if not auth.authenticators and "user" not in scope:
+        return ANONYMOUS_PRINCIPAL  # no auth configured and no middleware: the common, cheap case
+    request = AuthRequest(
+        Headers(raw=scope["headers"]),
+        binding=binding,
+        peer_cert=lambda: peer_certificate(scope),
+        user=scope_user(scope),
+    )
+    return await auth.authenticate(request)
+
+
+def auth_headers(exc: A2AError) -> list[tuple[bytes, bytes]]:
+    """``WWW-Authenticate`` for a 401 (one per configured scheme; ``Bearer`` when none is known)."""
+    if exc.http_status != 401:
+        return []
+    challenges = getattr(exc, "challenges", None) or ['Bearer realm="a2a"']
+    return [(b"www-authenticate", c.encode("latin-1")) for c in challenges]
+
+
+def call_context(scope: Scope, tenant: str = "", principal: Principal = ANONYMOUS_PRINCIPAL) -> CallContext:
+    """Who is calling (``principal``, from ``authenticate``), the tenant, the requested extensions."""
     requested: frozenset[str] = frozenset()
     raw = header(scope, b"a2a-extensions") or header(scope, b"x-a2a-extensions")
     if raw:
         requested = frozenset(part.strip() for part in raw.decode("latin-1").split(",") if part.strip())
-    return CallContext(user=user, tenant=tenant, requested_extensions=requested, headers=Headers(raw=scope["headers"]))
+    return CallContext(
+        user=principal.id,
+        tenant=tenant,
+        requested_extensions=requested,
+        headers=Headers(raw=scope["headers"]),
+        principal=principal,
+    )
 
 
 def extension_headers(call: CallContext) -> list[tuple[bytes, bytes]]:

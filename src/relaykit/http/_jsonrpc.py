@@ -1,6 +1,7 @@
 """JSON-RPC 2.0 binding (``POST /``), generated from the operation table.
 
-Wire choices (digest §3.3, §9): errors travel with HTTP 200 except a body over the limit (413, per CONTRACT);
+Wire choices (digest §3.3, §9): errors travel with HTTP 200 except a body over the limit (413, per CONTRACT) and
+authentication (401 + ``WWW-Authenticate``) and authorization (403) refusals, which carry the JSON-RPC error body too;
 batches are refused with -32600; a streaming call's errors before the first event are plain JSON-RPC responses,
 later ones an SSE ``event: error`` frame; ``DeleteTaskPushNotificationConfig`` answers ``{}``
 (google.protobuf.Empty; the official SDK sends ``null``, which relaykit's client also accepts).
@@ -31,6 +32,8 @@ from relaykit.http._asgi import (
     Receive,
     Scope,
     Send,
+    auth_headers,
+    authenticate,
     call_context,
     check_json_content_type,
     extension_headers,
@@ -96,6 +99,8 @@ class JSONRPCBinding:
             except ValueError as exc:
                 raise JSONParseError(f"request body is not valid JSON: {exc}") from None
             rid, method, params = self._envelope(envelope)
+            auth = self.handler.auth
+            principal = await authenticate(scope, auth, "JSONRPC")
             legacy = request_version(scope, legacy=self.v03) != "1.0"
             if legacy:
                 scope["relaykit.v03"] = True  # for the request's span
@@ -116,7 +121,9 @@ class JSONRPCBinding:
             except ValidationError as exc:
                 raise invalid_params(exc) from None
             tag_request(scope, op.name, request)
-            call = call_context(scope, getattr(request, "tenant", ""))
+            if auth.interceptors:
+                await auth.authorize(op.name, principal, request)
+            call = call_context(scope, getattr(request, "tenant", ""), principal)
             self.handler.negotiate_extensions(call)
             if op.streaming:
                 await self._stream(scope, receive, send, op.name, op.handler, request, call, rid, legacy)
@@ -198,9 +205,10 @@ class JSONRPCBinding:
         )
 
     async def _error(self, send: Send, rid: Any, exc: A2AError) -> None:
-        # JSON-RPC reports errors in the body with HTTP 200; the exception is an oversize body (CONTRACT: 413).
-        status = 413 if exc.http_status == 413 else 200
-        await send_bytes(send, status, _error_body(rid, exc), _JSON)
+        # JSON-RPC reports errors in the body with HTTP 200; the exceptions are an oversize body (CONTRACT: 413) and
+        # auth refusals, which clients and proxies must see at the HTTP layer (401 + WWW-Authenticate, 403).
+        status = exc.http_status if exc.http_status in (401, 403, 413) else 200
+        await send_bytes(send, status, _error_body(rid, exc), _JSON, auth_headers(exc))
 
 
 def v03_rpc(method: str, params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

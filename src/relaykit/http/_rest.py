@@ -3,7 +3,9 @@
 Wire choices (digest §3.3, §9): responses are ``application/a2a+json`` (requests may use it or
 ``application/json``); errors are google.rpc.Status bodies with the table's HTTP status; path variables win over
 the body; GET parameters are camelCase query parameters (repeated or comma-separated lists); SubscribeToTask is
-served on POST and GET; ``POST …:cancel`` may have an empty body and no Content-Type.
+served on POST and GET; ``POST …:cancel`` may have an empty body and no Content-Type, but a Content-Type that is not
+JSON is refused (415) even with an empty body, so a cross-site form post cannot change state. Every request is
+authenticated (``relaykit.auth``) before its body is read: 401 + ``WWW-Authenticate`` when refused.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from relaykit.http._asgi import (
     Receive,
     Scope,
     Send,
+    auth_headers,
+    authenticate,
     call_context,
     check_json_content_type,
     check_version,
@@ -151,13 +155,16 @@ class RESTBinding:
             if found is None:
                 raise MethodNotFoundError(f"no A2A operation at {scope['method']} {path}", path=path)
             route, path_params = found
+            auth = self.handler.auth
+            principal = await authenticate(scope, auth, "HTTP+JSON")
             if not legacy:
                 check_version(scope)
             params: dict[str, Any] = _query_to_params(scope) if route.method in ("GET", "DELETE") else {}
             if route.body:
                 body = await read_body(scope, receive, self.max_body)
+                # An empty body may come without a Content-Type, never with a non-JSON one (a cross-site form post).
+                check_json_content_type(scope, required=bool(body.strip()))
                 if body.strip():
-                    check_json_content_type(scope, required=True)
                     try:
                         decoded = pydantic_core.from_json(body)
                     except ValueError as exc:
@@ -174,7 +181,9 @@ class RESTBinding:
             except ValidationError as exc:
                 raise invalid_params(exc) from None
             tag_request(scope, route.op.name, request)
-            call = call_context(scope, path_params.get("tenant", ""))
+            if auth.interceptors:
+                await auth.authorize(route.op.name, principal, request)
+            call = call_context(scope, path_params.get("tenant", ""), principal)
             self.handler.negotiate_extensions(call)
             op = route.op
             if op.streaming:
@@ -228,6 +237,6 @@ def _error_frame_v03(exc: A2AError) -> bytes:
 async def _send_error(send: Send, exc: A2AError, legacy: bool = False) -> None:
     if legacy:
         status, body = v03.error_response(exc)
-        await send_bytes(send, status, body, _JSON)
+        await send_bytes(send, status, body, _JSON, auth_headers(exc))
         return
-    await send_bytes(send, exc.http_status, pydantic_core.to_json(exc.to_status()), A2A_JSON)
+    await send_bytes(send, exc.http_status, pydantic_core.to_json(exc.to_status()), A2A_JSON, auth_headers(exc))

@@ -20,6 +20,7 @@ from relaykit.push._config_cache import ConfigCache
 from relaykit.push._outbox import open_outbox
 from relaykit.push._policy import DeliveryPolicy
 from relaykit.push._receiver import WebhookReceiver
+from relaykit.push._secrets import SealedPushConfigStore, new_secrets_key
 from relaykit.push._sender import EVENT_ID_HEADER as EVENT_ID_HEADER
 from relaykit.push._sender import PushEvents, PushSender
 from relaykit.push._signing import SIGNATURE_HEADER as SIGNATURE_HEADER
@@ -37,11 +38,13 @@ __all__ = [
     "PushOutbox",
     "PushSender",
     "PushSigner",
+    "SealedPushConfigStore",
     "SignatureError",
     "WebhookGuard",
     "WebhookReceiver",
     "WebhookRefusedError",
     "address_problem",
+    "new_secrets_key",
     "open_outbox",
     "verify_request",
 ]

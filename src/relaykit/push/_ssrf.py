@@ -7,7 +7,9 @@ Rules:
   and other non-global addresses are refused, and so are cloud metadata endpoints (169.254.169.254,
   fd00:ec2::254, 100.100.100.200, …), also when they hide in an IPv4-mapped, NAT64, 6to4 or Teredo IPv6 address;
   ``localhost`` and ``*.localhost`` count as loopback without asking DNS;
-* a hostname is resolved and every address it resolves to must pass (one bad address refuses the URL);
+* a hostname is resolved and every address it resolves to must pass (one bad address refuses the URL); a refusal
+  names the host and the kind of address, never the address a name resolved to (callers must not learn the internal
+  network from it: that goes to the log);
 * ``allow`` (``create_app(push_allow=...)``, ``relaykit serve --push-allow``) opens hosts and networks: a hostname
   entry (``localhost``, ``hooks.internal``, ``*.corp.example``) allows that host whatever it resolves to, an IP or
   CIDR entry (``127.0.0.1``, ``10.0.0.0/8``, ``::1``) allows those addresses.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import socket
 import typing
 from collections.abc import Iterable
@@ -32,6 +35,8 @@ import httpcore
 from relaykit._errors import InvalidParamsError
 
 __all__ = ["GuardedBackend", "WebhookGuard", "WebhookRefusedError", "address_problem"]
+
+log = logging.getLogger("relaykit.push")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -160,13 +165,19 @@ class WebhookGuard:
         return address_problem(ip) is None
 
     def _refusal(self, url: str, host: str, ip: IPAddress | None, problem: str) -> WebhookRefusedError:
-        shown = f"{host} ({ip})" if ip is not None and str(ip) != host.strip("[]") else (str(ip) if ip else host)
-        suggest = str(ip) if ip is not None else host
+        # A name is reported by its name only: what an internal name resolves to is nobody's business but the
+        # operator's (the log has it). An address the caller wrote itself is named as written.
+        literal = ip is not None and str(ip) == host.strip("[]")
+        if literal:
+            what, suggest = f"{ip} is a {problem} address", str(ip)
+        else:
+            what, suggest = f"{host} resolves to a {problem} address", host
+            log.info("webhook host %s refused: it resolves to %s (%s)", host, ip or "localhost", problem)
         return WebhookRefusedError(
-            f"webhook URL {url} is refused: {shown} is a {problem} address, which push notifications may not reach "
+            f"webhook URL {url} is refused: {what}, which push notifications may not reach "
             f"(SSRF guard). To allow it, pass --push-allow {suggest} to relaykit serve "
             f"(create_app(push_allow=[{suggest!r}]))",
-            field_reason=f"{suggest} is a {problem} address (SSRF guard; allow with --push-allow {suggest})",
+            field_reason=f"{what} (SSRF guard; allow with --push-allow {suggest})",
         )
 
     def split(self, url: str) -> tuple[str, int]:
@@ -256,9 +267,14 @@ class WebhookGuard:
             for address in addresses:
                 if not self.allows_address(address):
                     problem = address_problem(address) or "refused"
+                    if ip is not None:
+                        what, suggest = f"{address} is a {problem} address", str(address)
+                    else:
+                        # Delivery errors reach the config's owner (push status): never name the resolved address.
+                        what, suggest = f"{host} resolves to a {problem} address", host
+                        log.info("webhook host %s refused: it resolves to %s (%s)", host, address, problem)
                     raise httpcore.ConnectError(
-                        f"webhook host {host} resolves to {address}, a {problem} address (SSRF guard; "
-                        f"allow it with --push-allow {address})"
+                        f"webhook host {what} (SSRF guard; allow it with --push-allow {suggest})"
                     )
         if not addresses:
             raise httpcore.ConnectError(f"webhook host {host} resolved to no address")

@@ -11,18 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from relaykit._principal import ANONYMOUS, ANONYMOUS_PRINCIPAL, Principal
 from relaykit._types import Message, SendMessageConfiguration, Task
 
 __all__ = ["ANONYMOUS", "CallContext", "RequestContext"]
 
-ANONYMOUS = "anonymous"
-
 
 @dataclass(slots=True)
 class CallContext:
-    """Who is calling and how: the authenticated principal, tenant, requested extensions, transport headers.
+    """Who is calling and how: the owner key, the principal, tenant, requested extensions, transport headers.
 
-    Bindings build one per request; tests and in-process callers may pass their own.
+    ``user`` is the owner key every task, push config and subscription is scoped by: ``principal.id`` when a
+    binding built the context (``relaykit.auth``), any string an in-process caller chooses otherwise. Bindings build
+    one per request; tests and in-process callers may pass their own.
 
     >>> CallContext(user="alice", tenant="acme").user
     'alice'
@@ -34,6 +35,12 @@ class CallContext:
     activated_extensions: set[str] = field(default_factory=set)
     headers: Mapping[str, str] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
+    principal: Principal = ANONYMOUS_PRINCIPAL
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether the caller is someone: an authenticated principal, or an in-process caller that named a user."""
+        return self.user != ANONYMOUS
 
 
 class RequestContext:

@@ -24,6 +24,7 @@ from relaykit._errors import (
     TaskNotFoundError,
 )
 from relaykit._model import utc_now
+from relaykit._principal import ANONYMOUS, ANONYMOUS_PRINCIPAL, Principal
 from relaykit._state import INTERRUPTED, TERMINAL
 from relaykit._types import (
     Message,
@@ -59,6 +60,8 @@ def encode_call(call: CallContext) -> bytes:
     return json.dumps(
         {
             "u": call.user,
+            # The principal without its claims (they stay with the request that carried them).
+            "p": [call.principal.kind, call.principal.subject, call.principal.issuer],
             "n": call.tenant,
             "r": sorted(call.requested_extensions),
             "a": sorted(call.activated_extensions),
@@ -69,7 +72,9 @@ def encode_call(call: CallContext) -> bytes:
 
 def decode_call(data: bytes) -> CallContext:
     raw = json.loads(data or b"{}")
+    kind, subject, issuer = raw.get("p") or (ANONYMOUS, "", "")
     return CallContext(
+        principal=ANONYMOUS_PRINCIPAL if kind == ANONYMOUS else Principal(kind, subject, issuer=issuer),
         user=raw.get("u", "anonymous"),
         tenant=raw.get("n", ""),
         requested_extensions=frozenset(raw.get("r", ())),

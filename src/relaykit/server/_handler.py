@@ -39,6 +39,7 @@ from relaykit._types import (
     TaskState,
     new_id,
 )
+from relaykit.auth._gate import Auth
 from relaykit.backends._base import PushConfigStore, TaskQuery
 from relaykit.backends.memory import MemoryPushConfigStore
 from relaykit.server._context import CallContext
@@ -72,8 +73,11 @@ class RequestHandler:
         *,
         push_store: PushConfigStore | None = None,
         extended_card: ExtendedCardProvider | None = None,
+        auth: Auth | None = None,
     ) -> None:
         self.engine = engine
+        # Who may call: every binding authenticates and authorizes through this one object (relaykit.auth).
+        self.auth = auth if auth is not None else Auth()
         self.card = card
         self.push_store: PushConfigStore = push_store if push_store is not None else MemoryPushConfigStore()
         self.extended_card = extended_card
@@ -271,12 +275,14 @@ class RequestHandler:
     # --- cards -------------------------------------------------------------------------------------------
 
     async def get_extended_card(self, request: GetExtendedAgentCardRequest, call: CallContext) -> AgentCard:
-        """GetExtendedAgentCard (authentication is the auth middleware's job, as for every operation)."""
+        """GetExtendedAgentCard: only for an authenticated caller (spec §5.13), on every binding."""
         if not self.extended:
             raise UnsupportedOperationError("this agent has no extended card (capabilities.extendedAgentCard)")
         provider = self.extended_card
         if provider is None:
             raise ExtendedAgentCardNotConfiguredError()
+        if not call.authenticated:
+            raise self.auth.unauthenticated("the extended agent card is served to authenticated callers only")
         if isinstance(provider, AgentCard):
             return provider
         return await provider(call)

@@ -141,7 +141,7 @@ class Database:
     def _lock(self) -> None:
         # The lock is taken before the database is opened, so a refused second process never touches the file
         # (not even to migrate it). O_CLOEXEC: a program this process execs must not inherit the lock.
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -155,7 +155,9 @@ class Database:
         # mount) has another lock file. So the database file itself is locked too: a flock belongs to the file (its
         # inode), whatever name opened it. (SQLite locks with fcntl; on Linux the two kinds of lock never meet.)
         try:
-            file_fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # A new database file is created readable by its owner only (0600): it holds task content and push
+            # credentials; SQLite gives the -wal and -shm files it makes the database file's permissions.
+            file_fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except BaseException:
             os.close(fd)
             raise

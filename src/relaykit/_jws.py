@@ -1,0 +1,198 @@
+"""Agent Card signatures: detached JWS (RFC 7515) over the card's RFC 8785 canonical form (digest §7.5).
+
+Invariants:
+
+* The payload is ``canonical_card(card)``: the card's ProtoJSON (unset optional fields omitted, REQUIRED fields kept
+  even when empty, other defaults omitted), ``signatures`` removed, serialised by RFC 8785 (JCS: keys ordered by
+  UTF-16 code units, ECMAScript number form, so ``1.0`` is ``1`` and ``1e-07`` is ``1e-7``, literal UTF-8). The JCS
+  implementation is the ``rfc8785`` package; relaykit's tests run RFC 8785's published vectors against it.
+* A signature is ``{"protected": b64url(header), "signature": b64url(sig)}``; the signing input is
+  ``protected + "." + b64url(payload)`` and the payload is not stored (detached). The protected header carries
+  ``alg``, ``kid``, ``typ: JOSE`` and, when given, ``jku``.
+* Verification pins the algorithms (never ``none``, never HS* unless the caller names them) and passes when at least
+  one signature verifies (several signatures: key rotation, or the two forms below).
+* a2a-sdk's signer and verifier drop every empty string, list and object before canonicalising (digest §9 #18), so on
+  a card with such values (``"securityRequirements":[{"schemes":{"bearer":{}}}]``, an empty ``capabilities``) its
+  payload differs from the strict one. ``sign_card(..., sdk_form=True)`` adds a second signature over that form when it
+  differs, so both a strict verifier and a2a-sdk accept the card; ``verify_card(..., sdk_form=True)`` accepts a
+  signature over it (off by default: that form does not cover the empty values, which a forger could then add).
+  @a2a-js/sdk also leaves ``securitySchemes`` out of its payload (a2a-js #663); relaykit does not copy that.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from relaykit._card import AgentCard, AgentCardSignature
+from relaykit._errors import A2AInvalidCardError
+
+__all__ = ["canonical_card", "sdk_canonical_card", "sign_card", "verify_card"]
+
+# Key for verify_card: a key (PEM, cryptography key, PyJWK, JWK dict), a {kid: key} mapping, or a callable
+# (kid, jku) -> key (None when it has no key for them).
+KeySource = Any
+
+
+def _jcs(data: Any) -> bytes:
+    try:
+        import rfc8785
+    except ImportError as exc:  # pragma: no cover - depends on extras
+        raise ImportError("card signing needs rfc8785 and PyJWT: pip install 'relaykit[signing]'") from exc
+    try:
+        out: bytes = rfc8785.dumps(data)
+    except (rfc8785.CanonicalizationError, ValueError, TypeError) as exc:
+        raise A2AInvalidCardError(f"the agent card has no RFC 8785 canonical form: {exc}") from None
+    return out
+
+
+def _jwt() -> Any:
+    try:
+        import jwt
+    except ImportError as exc:  # pragma: no cover - depends on extras
+        raise ImportError("card signing needs PyJWT: pip install 'relaykit[signing]'") from exc
+    return jwt
+
+
+def canonical_card(card: AgentCard) -> bytes:
+    """The RFC 8785 (JCS) canonical form of a card without its signatures: the JWS payload (digest §7.5)."""
+    data: dict[str, Any] = card.to_dict()
+    data.pop("signatures", None)
+    return _jcs(data)
+
+
+def _drop_empty(value: Any) -> Any:
+    if isinstance(value, dict):
+        kept = {k: v for k, v in ((k, _drop_empty(v)) for k, v in value.items()) if v is not None}
+        return kept or None
+    if isinstance(value, list):
+        items = [v for v in (_drop_empty(v) for v in value) if v is not None]
+        return items or None
+    if isinstance(value, str) and not value:
+        return None
+    return value
+
+
+def sdk_canonical_card(card: AgentCard) -> bytes:
+    """The payload a2a-sdk signs and verifies: the canonical form with every empty string, list and object dropped."""
+    data: dict[str, Any] = card.to_dict()
+    data.pop("signatures", None)
+    return _jcs(_drop_empty(data) or {})
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _protected_header(protected: str) -> dict[str, Any]:
+    try:
+        header = json.loads(base64.urlsafe_b64decode(protected + "=" * (-len(protected) % 4)))
+    except (ValueError, binascii.Error):
+        return {}
+    return header if isinstance(header, dict) else {}
+
+
+def sign_card(
+    card: AgentCard,
+    key: Any,
+    *,
+    algorithm: str = "ES256",
+    kid: str,
+    jku: str | None = None,
+    header: Mapping[str, Any] | None = None,
+    sdk_form: bool = False,
+) -> AgentCard:
+    """A copy of ``card`` with one more detached JWS signature over ``canonical_card(card)``.
+
+    ``key``: the private key (PEM bytes/str, a cryptography key or a PyJWK). The protected header holds ``alg``,
+    ``kid``, ``typ: JOSE`` and ``jku`` when given; ``header`` is the unprotected header. ``sdk_form=True`` also signs
+    a2a-sdk's form when it differs (see the module docstring), so a2a-sdk verifies the card too.
+
+    >>> # signed = sign_card(card, private_pem, kid="2026-11", jku="https://agent.example/jwks.json")
+    """
+    jwt = _jwt()
+    protected: dict[str, Any] = {"alg": algorithm, "kid": kid, "typ": "JOSE"}
+    if jku:
+        protected["jku"] = jku
+    payloads = [canonical_card(card)]
+    if sdk_form:
+        other = sdk_canonical_card(card)
+        if other != payloads[0]:
+            payloads.append(other)
+    signatures = list(card.signatures)
+    for payload in payloads:
+        token = jwt.api_jws.PyJWS().encode(payload, key, algorithm=algorithm, headers=protected)
+        head, _, sig = token.split(".")
+        signatures.append(AgentCardSignature(protected=head, signature=sig, header=dict(header) if header else None))
+    return card.model_copy(update={"signatures": signatures})
+
+
+def _resolve_key(key: KeySource, kid: str | None, jku: str | None) -> Any:
+    if callable(key) and not hasattr(key, "public_bytes") and not hasattr(key, "verify"):
+        return key(kid, jku)
+    if isinstance(key, Mapping) and "kty" not in key:
+        return key.get(kid) if kid is not None else None
+    if isinstance(key, Mapping):
+        return _jwt().PyJWK(dict(key)).key
+    return key
+
+
+def verify_card(
+    card: AgentCard,
+    key: KeySource,
+    *,
+    algorithms: Sequence[str] = ("ES256", "RS256"),
+    sdk_form: bool = False,
+) -> None:
+    """Verify at least one of the card's signatures; raise ``A2AInvalidCardError`` otherwise.
+
+    ``key``: the public key (PEM, cryptography key, PyJWK, or a JWK dict), a ``{kid: key}`` mapping, or a callable
+    ``(kid, jku) -> key | None`` (fetch from a ``jku`` you trust there, never from any ``jku`` a card names).
+    ``algorithms`` are pinned. ``sdk_form=True`` also accepts a signature over a2a-sdk's empties-dropped form.
+    Signatures with an unencoded payload (RFC 7797 ``"b64": false``), made by relaykit before 0.2, verify too.
+
+    >>> # verify_card(card, public_pem, algorithms=["ES256"])
+    """
+    jwt = _jwt()
+    if not card.signatures:
+        raise A2AInvalidCardError(f"agent card {card.name!r} is not signed")
+    payloads = [canonical_card(card)]
+    if sdk_form:
+        other = sdk_canonical_card(card)
+        if other != payloads[0]:
+            payloads.append(other)
+    errors: list[str] = []
+    for signature in card.signatures:
+        header = _protected_header(signature.protected)
+        kid = header.get("kid")
+        jku = header.get("jku")
+        try:
+            resolved = _resolve_key(key, kid if isinstance(kid, str) else None, jku if isinstance(jku, str) else None)
+        except Exception as exc:
+            errors.append(f"no key for kid {kid!r}: {exc}")
+            continue
+        if resolved is None:
+            errors.append(f"no key for kid {kid!r}")
+            continue
+        for payload in payloads:
+            try:
+                if header.get("b64") is False:
+                    jwt.api_jws.PyJWS().decode_complete(
+                        f"{signature.protected}..{signature.signature}",
+                        key=resolved,
+                        algorithms=list(algorithms),
+                        detached_payload=payload,
+                    )
+                else:
+                    jwt.api_jws.PyJWS().decode_complete(
+                        f"{signature.protected}.{_b64(payload)}.{signature.signature}",
+                        key=resolved,
+                        algorithms=list(algorithms),
+                    )
+                return
+            except jwt.PyJWTError as exc:
+                errors.append(str(exc))
+    raise A2AInvalidCardError(f"agent card {card.name!r}: no signature verifies ({'; '.join(errors)})")

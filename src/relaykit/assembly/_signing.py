@@ -1,0 +1,36 @@
+"""``CardSigner``: signs the card an agent serves (``card_signing_key`` / ``relaykit serve --card-key``).
+
+The card is signed as served: after its interfaces, capabilities and security are filled in, and again for each
+base URL when the HTTP app names the address a request reached it at. Each signature covers the strict RFC 8785 form
+and, where a2a-sdk's empties-dropped form differs (a security requirement without scopes is ``{}``), that form too,
+so strict verifiers and a2a-sdk 1.3.0 both accept the card (``relaykit._jws``). The protected header names the key
+(``kid``: given, or the RFC 7638 thumbprint) and where to fetch it (``jku``: the agent's ``/.well-known/jwks.json``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from relaykit._card import AgentCard
+from relaykit._jws import sign_card
+from relaykit.push._signing import _make_key
+
+__all__ = ["CardSigner"]
+
+
+class CardSigner:
+    """Signs agent cards with one private key (EC P-256/384/521 or RSA)."""
+
+    def __init__(self, key: Any, *, kid: str | None = None, jku: str | None = None) -> None:
+        made = _make_key(key, kid)
+        if made.private is None:
+            raise ValueError("the card signing key must be a private key (PEM)")
+        self.kid = made.kid
+        self.algorithm = made.alg
+        self.jwk: dict[str, Any] = made.jwk
+        self.jku = jku
+        self._private = made.private
+
+    def sign(self, card: AgentCard) -> AgentCard:
+        """``card`` with this key's signatures (strict form, plus a2a-sdk's form when it differs)."""
+        return sign_card(card, self._private, algorithm=self.algorithm, kid=self.kid, jku=self.jku, sdk_form=True)
