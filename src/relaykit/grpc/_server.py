@@ -47,6 +47,7 @@ from relaykit._errors import (
     invalid_params,
 )
 from relaykit._grpc_gen import a2a_v0_3_pb2 as v03_pb
+from relaykit._input import parse_event_id
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import Encoded
 from relaykit._proto import (
@@ -144,12 +145,7 @@ def _metadata(context: Any) -> dict[str, str]:
 
 
 def _resume_point(metadata: Mapping[str, str]) -> int | None:
-    text = metadata.get(RESUME_FROM, "").strip()
-    if not text:
-        return None
-    if not text.isdigit():
-        raise InvalidParamsError(f"last-event-id {text!r} is not an event id from this server")
-    return int(text)
+    return parse_event_id(metadata.get(RESUME_FROM, ""), "last-event-id")
 
 
 def _extension_metadata(call: CallContext) -> tuple[tuple[str, str], ...]:

@@ -19,11 +19,11 @@ from relaykit._errors import (
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
-    JSONParseError,
     MethodNotFoundError,
     VersionNotSupportedError,
     invalid_params,
 )
+from relaykit._input import decode_json, parse_event_id
 from relaykit._methods import OPERATIONS_BY_NAME
 from relaykit._model import A2AModel, Encoded
 from relaykit._v03 import _rpc as v03
@@ -56,15 +56,12 @@ def last_event_id(scope: Scope) -> int | None:
     """The resume point of a subscription: ``Last-Event-ID`` header, or ``lastEventId`` query parameter."""
     raw = header(scope, b"last-event-id")
     text = raw.decode("latin-1").strip() if raw is not None else ""
-    if not text:
-        for key, value in query_params(scope):
-            if key == "lastEventId":
-                text = value.strip()
-    if not text:
-        return None
-    if not text.isdigit():
-        raise InvalidParamsError(f"Last-Event-ID {text!r} is not an event id from this server")
-    return int(text)
+    if text:
+        return parse_event_id(text)
+    for key, value in query_params(scope):
+        if key == "lastEventId":
+            text = value.strip()
+    return parse_event_id(text, "lastEventId")
 
 
 class JSONRPCBinding:
@@ -91,10 +88,7 @@ class JSONRPCBinding:
                 raise InvalidRequestError(f"JSON-RPC requests are POSTed (got {scope['method']})")
             check_json_content_type(scope, required=True)
             body = await read_body(scope, receive, self.max_body)
-            try:
-                envelope = pydantic_core.from_json(body)
-            except ValueError as exc:
-                raise JSONParseError(f"request body is not valid JSON: {exc}") from None
+            envelope = await decode_json(body)
             rid, method, params = self._envelope(envelope)
             legacy = request_version(scope, legacy=self.v03) != "1.0"
             if legacy:

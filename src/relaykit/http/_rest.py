@@ -19,10 +19,10 @@ from relaykit._errors import (
     A2AError,
     InternalError,
     InvalidParamsError,
-    JSONParseError,
     MethodNotFoundError,
     invalid_params,
 )
+from relaykit._input import decode_json
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import A2AModel, Encoded
 from relaykit._v03 import _rest as v03
@@ -156,10 +156,7 @@ class RESTBinding:
                 body = await read_body(scope, receive, self.max_body)
                 if body.strip():
                     check_json_content_type(scope, required=True)
-                    try:
-                        decoded = pydantic_core.from_json(body)
-                    except ValueError as exc:
-                        raise JSONParseError(f"request body is not valid JSON: {exc}") from None
+                    decoded = await decode_json(body)
                     if not isinstance(decoded, dict):
                         raise InvalidParamsError("the request body must be a JSON object")
                     params = decoded
