@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from relaykit.cli._fail import CliError, debug_enabled, describe, report
 from relaykit.cli._target import load_target, target_file
+from relaykit.http._guard import HttpLimits, default_max_connections
 
 __all__ = ["add_serve_parser", "parse_duration", "run_serve"]
 
@@ -85,6 +86,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
     p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
     p.add_argument("--inspector", action="store_true", help="serve the web inspector at /inspector/")
+    add_http_limit_options(p)
     add_cluster_options(p)
     p.add_argument(
         "--worker",
@@ -271,6 +273,44 @@ def _bind(host: str, port: int, flag: str = "--port", what: str = "listen") -> s
     return sock
 
 
+def add_http_limit_options(p: argparse.ArgumentParser) -> None:
+    """The HTTP connection limits (relaykit.http._guard; docs/limits.md): on by default."""
+    d = HttpLimits()
+    p.add_argument(
+        "--max-header-bytes", type=int, default=d.max_header_bytes, help="request head size cap, 431 past it"
+    )
+    p.add_argument(
+        "--header-timeout", type=parse_duration, default=d.header_timeout, help="seconds to send a request head"
+    )
+    p.add_argument(
+        "--body-timeout", type=parse_duration, default=d.body_timeout, help="seconds between request body reads"
+    )
+    p.add_argument(
+        "--idle-timeout", type=parse_duration, default=d.idle_timeout, help="keep-alive idle connection timeout"
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help="open connections cap (default 1000, lowered to fit the open-file limit); 0 turns the limits off",
+    )
+
+
+def http_limits(args: argparse.Namespace) -> HttpLimits | None:
+    """The limits the flags ask for; None when ``--max-connections 0`` turns them off (benchmarks)."""
+    cap = getattr(args, "max_connections", None)
+    if cap == 0:
+        return None
+    defaults = HttpLimits()
+    return HttpLimits(
+        max_header_bytes=getattr(args, "max_header_bytes", defaults.max_header_bytes),
+        header_timeout=getattr(args, "header_timeout", defaults.header_timeout),
+        body_timeout=getattr(args, "body_timeout", defaults.body_timeout),
+        idle_timeout=getattr(args, "idle_timeout", defaults.idle_timeout),
+        max_connections=cap if cap is not None else default_max_connections(),
+    )
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -278,6 +318,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.reload:
         return _run_reload(args)
     app = build_app(args)
+    limits = http_limits(args)
     config = uvicorn.Config(
         app,
         host=args.host,
@@ -287,6 +328,7 @@ def run_serve(args: argparse.Namespace) -> int:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=max(1, int(args.grace) + 1),
+        **(limits.uvicorn_options() if limits is not None else {}),
     )
     sock = _bind(args.host, args.port)
     if args.grpc_port is not None:

@@ -136,6 +136,20 @@ def _check_version_v03(value: str | None) -> None:
         )
 
 
+# Hostile-load bounds on by default (issue 14; docs/limits.md), as the HTTP server's: request metadata (headers) at
+# most 16 KiB, at most 100 concurrent streams per connection, client pings no more often than every 10 s (a client
+# that keeps pinging faster is disconnected after 2 strikes; none without a call in flight), idle connections closed
+# after 5 minutes.
+GRPC_LIMITS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_metadata_size", 16 * 1024),
+    ("grpc.max_concurrent_streams", 100),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_ping_strikes", 2),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.max_connection_idle_ms", 5 * 60_000),
+)
+
+
 def _metadata(context: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in context.invocation_metadata() or ():
@@ -396,7 +410,8 @@ class GrpcServer:
             ("grpc.max_receive_message_length", max_message),
             ("grpc.max_send_message_length", max_message),
             ("grpc.so_reuseport", 0),
-            *options,
+            *GRPC_LIMITS,
+            *options,  # given options come last: gRPC keeps the last value of a repeated key
         )
         self._reflection = reflection
         self._health_enabled = health
