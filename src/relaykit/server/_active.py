@@ -69,6 +69,7 @@ class ActiveTask:
         "agent_error",
         "cancel_reason",
         "cancel_requested",
+        "chunk_bytes_since_flush",
         "chunks_since_flush",
         "context",
         "context_id",
@@ -108,6 +109,7 @@ class ActiveTask:
         self.message_mode = False
         self.dirty = False
         self.chunks_since_flush = 0
+        self.chunk_bytes_since_flush = 0  # about what the chunks since the last write add to the task's JSON
         self.last_flush = 0.0
         self.last_yield = 0.0
         # True while an event is applied to ``task`` but not yet published (its write may be in flight): a subscriber
