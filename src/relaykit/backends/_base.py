@@ -77,6 +77,10 @@ class TaskQuery:
     status_after: datetime | None = None
     page_size: int = 50
     page_token: str = ""
+    # What of each task the page carries: trimmed before the tasks are validated (``_paging.listed_task``), so a
+    # task with a huge history or artifact costs a JSON parse, not a model per part. None keeps the whole history.
+    history_length: int | None = None
+    include_artifacts: bool = True
 
 
 @dataclass(slots=True)

@@ -181,6 +181,8 @@ class RequestHandler:
             status_after=request.status_timestamp_after,
             page_size=page_size,
             page_token=request.page_token,
+            history_length=request.history_length,
+            include_artifacts=bool(request.include_artifacts),
         )
         try:
             page = await self.engine.store.list(query)
@@ -188,6 +190,8 @@ class RequestHandler:
             raise InvalidParamsError(
                 str(exc), field_violations=[("pageToken", "not a token from this server")]
             ) from exc
+        # relaykit's stores trimmed history and artifacts before decoding (TaskQuery.history_length /
+        # include_artifacts); trimming again is a no-op for them and keeps a store that ignores those fields right.
         tasks = page.tasks
         for task in tasks:
             if not request.include_artifacts:

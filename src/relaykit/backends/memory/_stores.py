@@ -27,7 +27,7 @@ from relaykit.backends._base import (
     failed_status,
     from_epoch,
 )
-from relaykit.backends._paging import decode_token, encode_token, timestamp_us
+from relaykit.backends._paging import decode_token, encode_token, listed_task, timestamp_us
 
 __all__ = ["MemoryPushConfigStore", "MemoryPushOutbox", "MemoryTaskStore"]
 
@@ -141,7 +141,7 @@ class MemoryTaskStore:
         page = matches[start : start + query.page_size]
         more = start + query.page_size < len(matches)
         return ListPage(
-            tasks=[Task.from_json(row.body) for _, row in page],
+            tasks=[listed_task(row.body, query.history_length, query.include_artifacts) for _, row in page],
             next_page_token=encode_token(page[-1][0]) if more and page else "",
             total_size=len(matches),
         )
