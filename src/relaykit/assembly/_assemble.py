@@ -45,6 +45,7 @@ from relaykit.server._agent import FunctionAgent
 from relaykit.server._engine import TaskEngine
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._handler import ExtendedCardProvider, RequestHandler
+from relaykit.server._quotas import Quotas
 
 __all__ = [
     "DEFAULT_PUBLIC_URL",
@@ -166,6 +167,7 @@ def assemble(
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
     protocols: str | Sequence[str] = PROTOCOLS,
+    quotas: Quotas | None = None,
 ) -> A2AServer:
     """The ``A2AServer`` for ``executor``, not yet started: serve it with any binding, or none (a worker).
 
@@ -179,7 +181,8 @@ def assemble(
 
     The options are ``create_app``'s (see there), less the HTTP ones. ``public_url`` (default ``DEFAULT_PUBLIC_URL``)
     is the base of the card's JSON-RPC and HTTP+JSON interfaces and the push JWT issuer; ``grpc_url`` adds the
-    GRPC interface. The default store is ``memory`` (``relaykit serve`` defaults to SQLite). ``protocols``: the A2A
+    GRPC interface. ``quotas``: per-principal limits (``relaykit.server._quotas.Quotas``; defaults when None). The
+    default store is ``memory`` (``relaykit serve`` defaults to SQLite). ``protocols``: the A2A
     versions served, ``("1.0", "0.3")`` by default; ``"1.0"`` turns 0.3 off (its requests get VersionNotSupported).
     """
     served_versions = parse_protocols(protocols)
@@ -252,7 +255,7 @@ def assemble(
         extended=extended_card is not None,
         protocols=served_versions,
     )
-    handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card)
+    handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card, quotas=quotas)
     if sender is not None:
         handler.push_url_check = sender.check_config
     server = A2AServer(engine, handler, grace=grace, retention=retention)

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 from relaykit.cli._fail import CliError, debug_enabled, describe, report
 from relaykit.cli._target import load_target, target_file
 from relaykit.http._guard import HttpLimits, default_max_connections
+from relaykit.server._quotas import Quotas
 
 __all__ = ["add_serve_parser", "parse_duration", "run_serve"]
 
@@ -87,6 +88,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
     p.add_argument("--inspector", action="store_true", help="serve the web inspector at /inspector/")
     add_http_limit_options(p)
+    add_quota_options(p)
     add_cluster_options(p)
     p.add_argument(
         "--worker",
@@ -226,6 +228,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
             heartbeat=args.heartbeat,
             idempotency_window=args.idempotency_window,
             protocols=_protocols(args),
+            quotas=quotas_from(args),
             **_push_kwargs(args),
         )
     except (ImportError, ValueError) as exc:
@@ -293,6 +296,27 @@ def add_http_limit_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="open connections cap (default 1000, lowered to fit the open-file limit); 0 turns the limits off",
+    )
+
+
+def add_quota_options(p: argparse.ArgumentParser) -> None:
+    """Per-principal quotas (relaykit.server._quotas; docs/limits.md); 0 turns one off."""
+    d = Quotas()
+    p.add_argument("--quota-executions", type=int, default=d.executions, help="concurrent executions per principal")
+    p.add_argument("--quota-streams", type=int, default=d.streams, help="open streams per principal")
+    p.add_argument("--quota-rate", type=float, default=d.rate, help="requests per second per principal")
+    p.add_argument("--quota-burst", type=int, default=d.burst, help="request burst per principal")
+    p.add_argument("--max-push-configs", type=int, default=d.push_configs, help="push configs per task")
+
+
+def quotas_from(args: argparse.Namespace) -> Quotas:
+    d = Quotas()
+    return Quotas(
+        executions=getattr(args, "quota_executions", d.executions),
+        streams=getattr(args, "quota_streams", d.streams),
+        rate=getattr(args, "quota_rate", d.rate),
+        burst=getattr(args, "quota_burst", d.burst),
+        push_configs=getattr(args, "max_push_configs", d.push_configs),
     )
 
 

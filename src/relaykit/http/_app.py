@@ -45,6 +45,7 @@ from relaykit.http._rest import RESTBinding
 from relaykit.push._sender import DeliveryPolicy, PushEvents
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._handler import ExtendedCardProvider
+from relaykit.server._quotas import Quotas
 
 __all__ = ["A2AServer", "build_card", "create_app", "http_app"]
 
@@ -349,6 +350,7 @@ def create_app(
     unstarted_after: float | None = None,
     idempotency_window: float = 600.0,
     protocols: str | Sequence[str] = PROTOCOLS,
+    quotas: Quotas | None = None,
     inspector: bool = False,
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root), and
@@ -387,6 +389,10 @@ def create_app(
     unless ``worker=False``. A worker's claim on a task lapses ``lease`` seconds after its last heartbeat (every
     ``heartbeat`` seconds, default a fifth of the lease); a repeated messageId within ``idempotency_window``
     seconds gets the original result.
+
+    Limits: ``quotas`` (``relaykit.server.Quotas``-like, in ``relaykit.server._quotas``) bounds what one
+    authenticated principal may take: executions, open streams, requests per second, push configs per task. See
+    docs/limits.md for every default.
     """
     # Every option but the HTTP ones is assemble's, by the same name and default (tests/test_assembly.py checks the
     # two signatures agree), so they are passed on as they came.

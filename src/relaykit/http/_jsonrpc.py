@@ -38,6 +38,7 @@ from relaykit.http._asgi import (
     query_params,
     read_body,
     request_version,
+    retry_after,
     send_bytes,
     stream_sse,
     tag_request,
@@ -193,7 +194,7 @@ class JSONRPCBinding:
     async def _error(self, send: Send, rid: Any, exc: A2AError) -> None:
         # JSON-RPC reports errors in the body with HTTP 200; the exception is an oversize body (CONTRACT: 413).
         status = 413 if exc.http_status == 413 else 200
-        await send_bytes(send, status, _error_body(rid, exc), _JSON)
+        await send_bytes(send, status, _error_body(rid, exc), _JSON, retry_after(exc))
 
 
 def v03_rpc(method: str, params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -37,6 +37,7 @@ from relaykit.http._asgi import (
     query_params,
     read_body,
     request_version,
+    retry_after,
     send_bytes,
     stream_sse,
     tag_request,
@@ -223,6 +224,6 @@ def _error_frame_v03(exc: A2AError) -> bytes:
 async def _send_error(send: Send, exc: A2AError, legacy: bool = False) -> None:
     if legacy:
         status, body = v03.error_response(exc)
-        await send_bytes(send, status, body, _JSON)
+        await send_bytes(send, status, body, _JSON, retry_after(exc))
         return
-    await send_bytes(send, exc.http_status, pydantic_core.to_json(exc.to_status()), A2A_JSON)
+    await send_bytes(send, exc.http_status, pydantic_core.to_json(exc.to_status()), A2A_JSON, retry_after(exc))

@@ -90,6 +90,8 @@ class TaskEngine(Runner, Readers):
         self.on_idle: Any = None
         self._remote_bus = not isinstance(self.bus, LocalEventBus)
         self._running = 0
+        self.max_per_principal = 0  # RequestHandler sets it from its Quotas
+        self._by_owner: dict[str, int] = {}
         self._accepting = False
         self._started = False
         self._sync_store = isinstance(self.store, MemoryTaskStore)

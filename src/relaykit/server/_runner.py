@@ -33,8 +33,9 @@ from relaykit._types import Message, SendMessageRequest, Task, TaskState, new_id
 from relaykit.backends._base import TaskRecord
 from relaykit.server._active import ActiveTask, PendingRequest
 from relaykit.server._cancel import Cancellation
-from relaykit.server._context import CallContext, RequestContext
+from relaykit.server._context import ANONYMOUS, CallContext, RequestContext
 from relaykit.server._queue import EventQueue
+from relaykit.server._quotas import exhausted
 
 __all__ = ["Runner", "accept_continuation"]
 
@@ -84,6 +85,8 @@ class Runner(Cancellation):
 
     executor_timeout: float | None
     max_concurrent: int
+    max_per_principal: int  # concurrent executions per principal (0: no limit); set by RequestHandler from Quotas
+    _by_owner: dict[str, int]
     max_queued: int
     # Told when this process stops running a task (scale-out: to release its claim).
     on_idle: Any
@@ -126,10 +129,18 @@ class Runner(Cancellation):
             raise ResourceExhaustedError(
                 f"task {active.task_id} already has {self.max_queued} messages waiting; retry later"
             )
-        if active.runner is None and self._running >= self.max_concurrent:
-            raise ResourceExhaustedError(
-                f"the server is running its limit of {self.max_concurrent} executions; retry later"
-            )
+        if active.runner is None:
+            if self._running >= self.max_concurrent:
+                raise ResourceExhaustedError(
+                    f"the server is running its limit of {self.max_concurrent} executions; retry later"
+                )
+            # Per principal (server._quotas; anonymous is exempt): one caller cannot take every execution slot.
+            owner = active.owner
+            if self.max_per_principal > 0 and owner != ANONYMOUS:
+                running = self._by_owner.get(owner, 0)
+                if running >= self.max_per_principal:
+                    raise exhausted(f"{owner} is running its limit of {self.max_per_principal} executions", 1.0)
+                self._by_owner[owner] = running + 1
         self.registry[active.task_id] = active
         self._idle.clear()
         active.requests.append(pending)
@@ -201,6 +212,13 @@ class Runner(Cancellation):
         finally:
             active.runner = None
             self._running -= 1
+            owner = active.owner
+            count = self._by_owner.get(owner)
+            if count is not None:
+                if count > 1:
+                    self._by_owner[owner] = count - 1
+                else:
+                    del self._by_owner[owner]
             if self.registry.get(active.task_id) is active:
                 del self.registry[active.task_id]
             if not self.registry:
