@@ -153,6 +153,7 @@ def assemble(
     max_subscribers: int = 64,
     replay: int = 1000,
     retention: float | None = None,
+    retention_interrupted: float | None = None,
     access_log: bool = False,
     namespace: str = "relaykit",
     push_allow: tuple[str, ...] = (),
@@ -258,7 +259,7 @@ def assemble(
     handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card, quotas=quotas)
     if sender is not None:
         handler.push_url_check = sender.check_config
-    server = A2AServer(engine, handler, grace=grace, retention=retention)
+    server = A2AServer(engine, handler, grace=grace, retention=retention, retention_interrupted=retention_interrupted)
     server.access_log = access_log
     server.push_allow = push_allow
     server.push_sender = sender

@@ -123,8 +123,9 @@ class TaskStore(Protocol):
         Called on start: a task left active by a dead process will never be finished by it.
         """
 
-    async def purge(self, before: datetime) -> int:
-        """Delete terminal tasks whose status timestamp is older than ``before``; returns the count."""
+    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
+        """Delete terminal tasks (``interrupted=True``: INPUT_REQUIRED / AUTH_REQUIRED ones instead) whose status
+        timestamp is older than ``before``; returns the count."""
 
 
 def failed_status(reason: str) -> TaskStatus:

@@ -85,6 +85,12 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
     p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
+    p.add_argument(
+        "--retention-interrupted",
+        type=parse_duration,
+        default=None,
+        help="purge INPUT_REQUIRED / AUTH_REQUIRED tasks untouched for this long (default: never)",
+    )
     p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
     p.add_argument("--inspector", action="store_true", help="serve the web inspector at /inspector/")
     add_http_limit_options(p)
@@ -219,6 +225,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
             executor_timeout=args.executor_timeout,
             grace=args.grace,
             retention=args.retention,
+            retention_interrupted=getattr(args, "retention_interrupted", None),
             access_log=args.access_log,
             namespace=args.namespace,
             push_allow=tuple(args.push_allow),

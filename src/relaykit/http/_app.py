@@ -336,6 +336,7 @@ def create_app(
     max_subscribers: int = 64,
     replay: int = 1000,
     retention: float | None = None,
+    retention_interrupted: float | None = None,
     access_log: bool = False,
     namespace: str = "relaykit",
     push_allow: tuple[str, ...] = (),

@@ -33,6 +33,7 @@ __all__ = ["MemoryPushConfigStore", "MemoryPushOutbox", "MemoryTaskStore"]
 
 _ACTIVE = (TaskState.SUBMITTED, TaskState.WORKING)
 _TERMINAL = (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED)
+_INTERRUPTED = (TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED)
 
 
 class _Row:
@@ -164,9 +165,10 @@ class MemoryTaskStore:
                 count += 1
         return count
 
-    async def purge(self, before: datetime) -> int:
+    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
         limit = timestamp_us(before)
-        doomed = [k for k, row in self._rows.items() if row.state in _TERMINAL and row.key[0] < limit]
+        states = _INTERRUPTED if interrupted else _TERMINAL
+        doomed = [k for k, row in self._rows.items() if row.state in states and row.key[0] < limit]
         for task_id in doomed:
             del self._rows[task_id]
         return len(doomed)

@@ -30,6 +30,7 @@ __all__ = ["PostgresTaskStore"]
 # States are stored as their proto names (the wire value), so the column reads the same as the JSON body.
 _ACTIVE = [TaskState.SUBMITTED.value, TaskState.WORKING.value]
 _TERMINAL = [state.value for state in TaskState if state.is_terminal]
+_INTERRUPTED = [TaskState.INPUT_REQUIRED.value, TaskState.AUTH_REQUIRED.value]
 
 
 class PostgresTaskStore(AttachedStore[Database]):
@@ -306,11 +307,12 @@ class PostgresTaskStore(AttachedStore[Database]):
 
         return await self._db.run(job)
 
-    async def purge(self, before: datetime) -> int:
+    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
         limit = timestamp_us(before)
+        states = _INTERRUPTED if interrupted else _TERMINAL
 
         async def job(conn: Any) -> str:
-            return str(await conn.execute(self._sql_purge, _TERMINAL, limit))
+            return str(await conn.execute(self._sql_purge, states, limit))
 
         return rowcount(await self._db.run(job))
 

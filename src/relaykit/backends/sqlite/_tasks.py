@@ -27,6 +27,7 @@ __all__ = ["SQLiteTaskStore"]
 # States are stored as their proto names (the wire value), so the column reads the same as the JSON body.
 _ACTIVE = (TaskState.SUBMITTED.value, TaskState.WORKING.value)
 _TERMINAL = tuple(state.value for state in TaskState if state.is_terminal)
+_INTERRUPTED = (TaskState.INPUT_REQUIRED.value, TaskState.AUTH_REQUIRED.value)
 
 
 class SQLiteTaskStore(AttachedStore[Database]):
@@ -55,6 +56,9 @@ class SQLiteTaskStore(AttachedStore[Database]):
         self._sql_active = f"SELECT id, body FROM {t} WHERE state IN (?, ?)"
         self._sql_fail = f"UPDATE {t} SET state = ?, status_ts = ?, version = version + 1, body = ? WHERE id = ?"
         self._sql_purge = f"DELETE FROM {t} WHERE state IN ({', '.join('?' * len(_TERMINAL))}) AND status_ts < ?"
+        self._sql_purge_interrupted = (
+            f"DELETE FROM {t} WHERE state IN ({', '.join('?' * len(_INTERRUPTED))}) AND status_ts < ?"
+        )
         self._table = t
 
     @property
@@ -173,10 +177,11 @@ class SQLiteTaskStore(AttachedStore[Database]):
 
         return await self._db.run(job)
 
-    async def purge(self, before: datetime) -> int:
+    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
         limit = timestamp_us(before)
+        sql, states = (self._sql_purge_interrupted, _INTERRUPTED) if interrupted else (self._sql_purge, _TERMINAL)
 
         def job(conn: sqlite3.Connection) -> int:
-            return conn.execute(self._sql_purge, (*_TERMINAL, limit)).rowcount
+            return conn.execute(sql, (*states, limit)).rowcount
 
         return await self._db.run(job)
