@@ -197,3 +197,26 @@ async def test_800k_part_message_is_refused_without_blocking_the_loop() -> None:
         await app.state.relaykit.stop()
     assert lags, "the probe never ran"
     assert max(lags) < 0.1, f"event loop stalled {max(lags) * 1000:.0f} ms"
+
+
+def test_a_stalled_reader_is_bounded_in_bytes_not_only_events() -> None:
+    """A tap (one subscriber's buffer) is cut off past TAP_BYTES even when far under its event limit; the reader
+    then resumes from the log (tests/backends/test_bus_contract.py covers the resume)."""
+    from relaykit.backends._bus import TAP_BYTES, Tap
+
+    tap = Tap("t", limit=10_000)
+    big = b"x" * (64 * 1024)
+    accepted = 0
+    for seq in range(1, 1001):
+        tap.push((seq, None, big))
+        if tap.overflowed:
+            break
+        accepted += 1
+    assert tap.overflowed
+    assert accepted * len(big) <= TAP_BYTES
+    assert tap.pending() == accepted < 1000
+    # One item bigger than the bound is still taken by an empty tap: a reader always makes progress.
+    lone = Tap("t", limit=10)
+    lone.push((1, None, b"y" * (TAP_BYTES + 1)))
+    assert not lone.overflowed
+    assert lone.pending() == 1
