@@ -1,7 +1,7 @@
 """What the hostile-load limits cost (issue 14): ``relaykit serve bench/echo.py`` with the limits on (the default)
-and off (``--max-connections 0 --quota-rate 0 --quota-executions 0 --quota-streams 0``), alternating, on
-127.0.0.1. Per round and mode: blocking SendMessage at c=1 and c=16 (JSON-RPC, keep-alive), one 1,000-chunk and one
-100,000-chunk stream (SendStreamingMessage, SSE read to the end). Prints medians with [min-max].
+and off (``--max-connections 0 --quota-rate 0 --quota-executions 0 --quota-streams 0``), alternating (A B B A …),
+on 127.0.0.1. Per round and mode: blocking SendMessage at c=1 and c=16 (JSON-RPC, keep-alive), one 1,000-chunk and
+one 100,000-chunk stream (SendStreamingMessage, SSE read to the end). Prints medians with [min-max].
 
     python bench/limits_bench.py --rounds 3
 """
@@ -99,8 +99,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     rounds = parser.parse_args().rounds
     results: dict[str, dict[str, list[float]]] = {"on": {}, "off": {}}
-    for _ in range(rounds):
-        for mode, extra in (("on", []), ("off", OFF)):
+    modes: list[tuple[str, list[str]]] = [("on", []), ("off", OFF)]
+    for i in range(rounds):
+        for mode, extra in modes if i % 2 == 0 else modes[::-1]:  # A B B A …: neither mode always goes first
             proc, url = serve(extra)
             try:
                 for name, value in asyncio.run(measure(url)).items():
