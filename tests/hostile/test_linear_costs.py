@@ -47,3 +47,15 @@ async def test_stream_cost_is_linear_in_chunks(tmp_path: Path) -> None:
     shown = ", ".join(f"{n}: {t:.2f}s" for n, t in zip(SIZES, times, strict=True))
     print(shown)
     assert max(ratios) <= MAX_RATIO, f"{shown}; ratios {[round(r, 2) for r in ratios]}"
+
+
+async def test_artifact_bytes_are_capped(tmp_path: Path) -> None:
+    """An agent that streams past ``max_artifact_bytes`` fails its task with a message naming the limit."""
+    app = build_app(chunks, store="memory", max_artifact_bytes=100_000)
+    async with InProcessClient(app) as client:
+        small = await client.send("100")
+        assert small.status.state.name == "COMPLETED"
+        task = await client.send("50000")  # ~50k chunks of ~12 bytes plus part framing: well over 100 kB
+    assert task.status.state.name == "FAILED"
+    assert task.status.message is not None
+    assert "limit of 100000 bytes" in task.status.message.parts[0].text

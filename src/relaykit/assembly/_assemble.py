@@ -151,6 +151,7 @@ def assemble(
     max_concurrent: int = 1000,
     max_queued: int = 16,
     max_subscribers: int = 64,
+    max_artifact_bytes: int = 64 * 1024 * 1024,
     replay: int = 1000,
     retention: float | None = None,
     retention_interrupted: float | None = None,
@@ -228,6 +229,7 @@ def assemble(
         max_concurrent=max_concurrent,
         max_queued=max_queued,
         max_subscribers=max_subscribers,
+        max_artifact_bytes=max_artifact_bytes,
     )
     if redis_url is not None:
         from relaykit.backends.redis import RedisWorkQueue

@@ -334,6 +334,7 @@ def create_app(
     max_concurrent: int = 1000,
     max_queued: int = 16,
     max_subscribers: int = 64,
+    max_artifact_bytes: int = 64 * 1024 * 1024,
     replay: int = 1000,
     retention: float | None = None,
     retention_interrupted: float | None = None,

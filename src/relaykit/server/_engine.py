@@ -69,6 +69,7 @@ class TaskEngine(Runner, Readers):
         checkpoint_chunks: int = 256,
         checkpoint_seconds: float = 1.0,
         on_event: Any = None,
+        max_artifact_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.executor = executor
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
@@ -81,6 +82,7 @@ class TaskEngine(Runner, Readers):
         self.send_timeout = send_timeout
         self.checkpoint_chunks = checkpoint_chunks
         self.checkpoint_seconds = checkpoint_seconds
+        self.max_artifact_bytes = max_artifact_bytes
         # Hook for push delivery: called with (active task, seq, event, data) after each publish.
         self.on_event = on_event
         self.registry: dict[str, ActiveTask] = {}

@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Any
 
-from relaykit._errors import InvalidAgentResponseError
+from relaykit._errors import ArtifactTooLargeError, InvalidAgentResponseError
 from relaykit._model import utc_now
 from relaykit._state import TERMINAL, apply
 from relaykit._types import (
@@ -83,6 +83,7 @@ class Recorder:
     on_event: Any
     checkpoint_chunks: int
     checkpoint_seconds: float
+    max_artifact_bytes: int  # artifact bytes a live task may publish (0: no limit); past it the task FAILS
     _sync_store: bool
 
     async def _on_event(self, active: ActiveTask, pending: PendingRequest, event: Event) -> None:
@@ -127,9 +128,16 @@ class Recorder:
         task = active.task
         assert task is not None
         if isinstance(event, TaskArtifactUpdateEvent):
+            size = _chunk_bytes(event)
+            active.artifact_bytes += size
+            if self.max_artifact_bytes and active.artifact_bytes > self.max_artifact_bytes:
+                raise ArtifactTooLargeError(
+                    f"The agent's artifacts exceeded the server's limit of {self.max_artifact_bytes} bytes.",
+                    task_id=active.task_id,
+                )
             apply(task, event)
             active.chunks_since_flush += 1
-            active.chunk_bytes_since_flush += _chunk_bytes(event)
+            active.chunk_bytes_since_flush += size
             now = time.monotonic()
             since = now - active.last_flush
             flush = (active.chunks_since_flush >= self.checkpoint_chunks or since >= self.checkpoint_seconds) and (

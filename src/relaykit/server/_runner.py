@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 from relaykit._errors import (
+    ArtifactTooLargeError,
     InternalError,
     InvalidAgentResponseError,
     InvalidParamsError,
@@ -77,6 +78,13 @@ def accept_continuation(message: Message, task_id: str, context_id: str, task: T
             field_violations=[("message.contextId", "does not match the task's contextId")],
         )
     message.context_id = context_id
+
+
+def _agent_failure(reason: BaseException) -> str:
+    # A server limit says which (its message names no content); other invalid output stays generic.
+    if isinstance(reason, ArtifactTooLargeError):
+        return reason.message
+    return "The agent produced an invalid response."
 
 
 class Runner(Cancellation):
@@ -317,7 +325,7 @@ class Runner(Cancellation):
             elif active.agent_error is not None or isinstance(exc, InvalidAgentResponseError):
                 reason = active.agent_error or exc
                 log.error("task %s: invalid agent output: %s", active.task_id, reason)
-                await self._fail(active, "The agent produced an invalid response.")
+                await self._fail(active, _agent_failure(reason))
             else:
                 log.exception("task %s: executor raised", active.task_id)
                 await self._fail(active, _SAFE_FAILURE)
@@ -325,7 +333,7 @@ class Runner(Cancellation):
             queue.close()
             if active.agent_error is not None:
                 log.error("task %s: invalid agent output: %s", active.task_id, active.agent_error)
-                await self._fail(active, "The agent produced an invalid response.")
+                await self._fail(active, _agent_failure(active.agent_error))
             else:
                 await self._check_outcome(active)
         self._conclude(active, pending)
