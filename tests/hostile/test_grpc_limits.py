@@ -1,5 +1,6 @@
 """gRPC's hostile-load bounds (``relaykit.grpc._server.GRPC_LIMITS``), on a real socket: oversize request metadata
-is refused while the server keeps serving, and an invalid ``last-event-id`` is InvalidParams, not INTERNAL."""
+is refused while the server keeps serving; NaN / Infinity in a Struct and an invalid ``last-event-id`` are
+InvalidParams, not INTERNAL."""
 
 from __future__ import annotations
 
@@ -41,6 +42,16 @@ async def test_oversize_metadata_is_refused_and_the_server_keeps_serving() -> No
             assert refused.value.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INTERNAL)
             answer = await call(send_request("ok"), metadata=(("a2a-version", "1.0"),))
             assert pb.SendMessageResponse.FromString(answer).task.status.state == pb.TASK_STATE_COMPLETED
+
+            # NaN / Infinity in a Struct: refused, as the JSON bindings refuse them (not stored as null).
+            for number in (float("nan"), float("inf")):
+                message = pb.Message(message_id="m-nan", role=pb.ROLE_USER, parts=[pb.Part(text="x")])
+                message.metadata.update({"x": number})
+                with pytest.raises(grpc.aio.AioRpcError) as nan:
+                    await call(
+                        pb.SendMessageRequest(message=message).SerializeToString(), metadata=(("a2a-version", "1.0"),)
+                    )
+                assert nan.value.code() == grpc.StatusCode.INVALID_ARGUMENT, nan.value.details()
 
             stream = channel.unary_stream(SUBSCRIBE)
             task_id = pb.SendMessageResponse.FromString(answer).task.id

@@ -225,12 +225,12 @@ class GrpcBinding:
             user = await self.authenticate(metadata) or ANONYMOUS
         try:
             request = decode(data)
-        except DecodeError as exc:
+        except ValidationError as exc:
+            raise invalid_params(exc) from None
+        except (DecodeError, ValueError) as exc:  # ValueError: e.g. a NaN in a Struct (relaykit._proto)
             raise InvalidParamsError(
                 f"the {op.name} request is not a valid {op.request.__name__} message: {exc}"
             ) from None
-        except ValidationError as exc:
-            raise invalid_params(exc) from None
         raw = metadata.get("a2a-extensions") or metadata.get("x-a2a-extensions") or ""
         requested = frozenset(part.strip() for part in raw.split(",") if part.strip())
         call = CallContext(
