@@ -52,6 +52,7 @@ __all__ = [
     "A2ATaskOutcomeError",
     "A2ATaskRejectedError",
     "A2ATimeoutError",
+    "ArtifactTooLargeError",
     "AuthenticationRequiredError",
     "ContentTypeNotSupportedError",
     "ExtendedAgentCardNotConfiguredError",
@@ -239,6 +240,11 @@ class VersionNotSupportedError(A2AError):
 
     code, http_status, grpc_status, reason = -32009, 400, "FAILED_PRECONDITION", "VERSION_NOT_SUPPORTED"
     default_message = "Version not supported"
+
+
+class ArtifactTooLargeError(InvalidAgentResponseError):
+    """The agent published more artifact bytes than the server allows (``max_artifact_bytes``); the task FAILS with
+    this error's message."""
 
 
 class JSONParseError(A2AError):

@@ -10,6 +10,9 @@ Encoding rules (A2A 1.0 digest §2), enforced here once for every model:
 * Unknown input fields are ignored (spec: SHOULD ignore; a2a-sdk 1.3.0 measured to ignore them too).
 * ``bytes`` is standard base64 with padding out; standard or URL-safe, padded or not, in.
 * Timestamps are UTC with millisecond precision and a ``Z`` out; 0-9 fractional digits and any offset in.
+* Ids a client chooses (``Id``: message, task, context, config ids, tenants, page tokens) are at most
+  ``MAX_ID_LENGTH`` characters and hold no NUL: every store can keep them (PostgreSQL text refuses NUL), and a 1 MB
+  id is refused at decode, on every binding, before anything stores, logs or indexes it.
 """
 
 from __future__ import annotations
@@ -22,10 +25,20 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any, Self
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer, StringConstraints
 from pydantic.alias_generators import to_camel
 
-__all__ = ["A2AModel", "Base64Bytes", "Encoded", "Struct", "Timestamp", "format_timestamp", "utc_now"]
+__all__ = [
+    "MAX_ID_LENGTH",
+    "A2AModel",
+    "Base64Bytes",
+    "Encoded",
+    "Id",
+    "Struct",
+    "Timestamp",
+    "format_timestamp",
+    "utc_now",
+]
 
 
 class A2AModel(BaseModel):
@@ -230,6 +243,22 @@ Timestamp = Annotated[
     AfterValidator(_after_timestamp),
     PlainSerializer(format_timestamp, return_type=str, when_used="json"),
 ]
+
+# --- ids -------------------------------------------------------------------------------------------------------
+
+# Generous for every id scheme in use (a UUID is 36 characters), small enough that an id costs nothing to index,
+# log or compare. Documented in docs/limits.md.
+MAX_ID_LENGTH = 1024
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL (\\u0000)")
+    return value
+
+
+# The length check runs in pydantic-core before the NUL scan, so an oversize id is refused without being scanned.
+Id = Annotated[str, StringConstraints(max_length=MAX_ID_LENGTH), AfterValidator(_no_nul)]
 
 # google.protobuf.Struct: a JSON object.
 Struct = dict[str, Any]

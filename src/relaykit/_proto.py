@@ -28,6 +28,7 @@ oneof members by presence. ``Part.data`` holding JSON null is ``JSON_NULL`` on t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import UTC
 from typing import Any, TypeVar
@@ -103,6 +104,9 @@ def model_class(message: type[ProtoMessage] | ProtoMessage) -> type[A2AModel]:
 def _number(value: float) -> float | int:
     if value.is_integer() and -_MAX_EXACT < value < _MAX_EXACT:
         return int(value)
+    if not math.isfinite(value):
+        # JSON has no NaN or Infinity: as in the JSON bindings, such a value is refused, not stored as null.
+        raise ValueError(f"{value!r} is not a JSON number (no NaN or Infinity)")
     return value
 
 

@@ -5,7 +5,8 @@ Invariants checked at construction (so nothing malformed enters the engine or le
 
 * a ``Part`` carries exactly one of ``text | raw | url | data``;
 * ``StreamResponse`` / ``SendMessageResponse`` carry exactly one payload;
-* a ``Message`` has a non-UNSPECIFIED role and at least one part; an ``Artifact`` at least one part;
+* a ``Message`` has a non-UNSPECIFIED role and between one and ``MAX_PARTS`` parts; an ``Artifact`` at least one;
+* ids a client chooses are ``_model.Id``s (bounded length, no NUL);
 * ``historyLength`` / ``pageSize`` are never negative.
 """
 
@@ -19,10 +20,11 @@ import pydantic_core
 from pydantic import Field, GetCoreSchemaHandler, PlainSerializer, field_validator, model_serializer, model_validator
 from pydantic_core import CoreSchema, core_schema
 
-from relaykit._model import A2AModel, Base64Bytes, Struct, Timestamp
+from relaykit._model import A2AModel, Base64Bytes, Id, Struct, Timestamp
 
 __all__ = [
     "JSON_NULL",
+    "MAX_PARTS",
     "Artifact",
     "AuthenticationInfo",
     "CancelTaskRequest",
@@ -267,6 +269,11 @@ def _joined_text(parts: list[Part]) -> str:
     return "".join([p.text for p in parts if p.text is not None])
 
 
+# Parts per message a client may send (documented in docs/limits.md): far above any real message, far below what
+# would let one request cost seconds of validation.
+MAX_PARTS = 1000
+
+
 class Message(A2AModel):
     """One turn of communication between a client (``ROLE_USER``) and an agent (``ROLE_AGENT``).
 
@@ -275,14 +282,16 @@ class Message(A2AModel):
     (<Role.USER: 'ROLE_USER'>, 'hi')
     """
 
-    message_id: str
-    context_id: str = ""
-    task_id: str = ""
+    message_id: Id
+    context_id: Id = ""
+    task_id: Id = ""
     role: Role
-    parts: list[Part]
+    # Capped at decode: pydantic-core stops at the first part over the cap, so an 800k-part message costs 1,001
+    # part validations, not 800k.
+    parts: list[Part] = Field(max_length=MAX_PARTS)
     metadata: Struct | None = None
     extensions: list[str] = Field(default_factory=list)
-    reference_task_ids: list[str] = Field(default_factory=list)
+    reference_task_ids: list[Id] = Field(default_factory=list)
 
     # Field validators (not one model validator) so a violation names the field: "message.parts", not "message".
     @field_validator("role")
@@ -531,9 +540,9 @@ class AuthenticationInfo(A2AModel):
 class TaskPushNotificationConfig(A2AModel):
     """Where and how to deliver push notifications for one task."""
 
-    tenant: str = ""
-    id: str = ""
-    task_id: str = ""
+    tenant: Id = ""
+    id: Id = ""
+    task_id: Id = ""
     url: str
     token: str = ""
     authentication: AuthenticationInfo | None = None
@@ -578,7 +587,7 @@ class SendMessageConfiguration(A2AModel):
 class SendMessageRequest(A2AModel):
     """SendMessage / SendStreamingMessage parameters."""
 
-    tenant: str = ""
+    tenant: Id = ""
     message: Message
     configuration: SendMessageConfiguration | None = None
     metadata: Struct | None = None
@@ -587,8 +596,8 @@ class SendMessageRequest(A2AModel):
 class GetTaskRequest(A2AModel):
     """GetTask parameters."""
 
-    tenant: str = ""
-    id: str
+    tenant: Id = ""
+    id: Id
     history_length: int | None = Field(default=None, json_schema_extra=_AT_LEAST_0)
 
     _history = field_validator("history_length")(_non_negative)
@@ -597,11 +606,11 @@ class GetTaskRequest(A2AModel):
 class ListTasksRequest(A2AModel):
     """ListTasks parameters: filters, cursor pagination, history trimming."""
 
-    tenant: str = ""
-    context_id: str = ""
+    tenant: Id = ""
+    context_id: Id = ""
     status: TaskState = TaskState.UNSPECIFIED
     page_size: int | None = Field(default=None, json_schema_extra=_PAGE_SIZE)
-    page_token: str = ""
+    page_token: Id = ""
     history_length: int | None = Field(default=None, json_schema_extra=_AT_LEAST_0)
     status_timestamp_after: Timestamp | None = None
     include_artifacts: bool | None = None
@@ -639,41 +648,41 @@ class ListTasksResponse(A2AModel):
 class CancelTaskRequest(A2AModel):
     """CancelTask parameters."""
 
-    tenant: str = ""
-    id: str
+    tenant: Id = ""
+    id: Id
     metadata: Struct | None = None
 
 
 class SubscribeToTaskRequest(A2AModel):
     """SubscribeToTask parameters."""
 
-    tenant: str = ""
-    id: str
+    tenant: Id = ""
+    id: Id
 
 
 class GetTaskPushNotificationConfigRequest(A2AModel):
     """GetTaskPushNotificationConfig parameters."""
 
-    tenant: str = ""
-    task_id: str
-    id: str
+    tenant: Id = ""
+    task_id: Id
+    id: Id
 
 
 class DeleteTaskPushNotificationConfigRequest(A2AModel):
     """DeleteTaskPushNotificationConfig parameters."""
 
-    tenant: str = ""
-    task_id: str
-    id: str
+    tenant: Id = ""
+    task_id: Id
+    id: Id
 
 
 class ListTaskPushNotificationConfigsRequest(A2AModel):
     """ListTaskPushNotificationConfigs parameters (``pageSize`` 0 = server default)."""
 
-    tenant: str = ""
-    task_id: str
+    tenant: Id = ""
+    task_id: Id
     page_size: int = Field(default=0, json_schema_extra=_AT_LEAST_0)
-    page_token: str = ""
+    page_token: Id = ""
 
     _page_size = field_validator("page_size")(_non_negative)
 
@@ -688,7 +697,7 @@ class ListTaskPushNotificationConfigsResponse(A2AModel):
 class GetExtendedAgentCardRequest(A2AModel):
     """GetExtendedAgentCard parameters."""
 
-    tenant: str = ""
+    tenant: Id = ""
 
 
 _STREAM_KEYS: dict[type, bytes] = {

@@ -470,6 +470,21 @@ async def test_purge_deletes_only_old_terminal_tasks(store: TaskStore) -> None:
     assert await store.purge(at(5)) == 0
 
 
+async def test_purge_interrupted_deletes_only_old_interrupted_tasks(store: TaskStore) -> None:
+    """``--retention-interrupted`` (issue 14): tasks left INPUT_REQUIRED / AUTH_REQUIRED expire too."""
+    interrupted = [TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED]
+    others = [TaskState.SUBMITTED, TaskState.WORKING, TaskState.COMPLETED, TaskState.FAILED]
+    for state in interrupted + others:
+        await insert(store, make_task(f"old-{state.name}", state=state, ts=at(1)))
+        await insert(store, make_task(f"new-{state.name}", state=state, ts=at(10)))
+
+    assert await store.purge(at(5), interrupted=True) == len(interrupted)
+
+    remaining = set(await list_ids(store, page_size=100))
+    assert remaining == {f"old-{s.name}" for s in others} | {f"new-{s.name}" for s in interrupted + others}
+    assert await store.purge(at(5), interrupted=True) == 0
+
+
 # --- push configs -------------------------------------------------------------------------------------------
 
 

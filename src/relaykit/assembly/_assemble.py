@@ -52,6 +52,7 @@ from relaykit.server._agent import FunctionAgent
 from relaykit.server._engine import TaskEngine
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._handler import ExtendedCardProvider, RequestHandler
+from relaykit.server._quotas import Quotas
 from relaykit.telemetry import Telemetry, telemetry_for
 
 __all__ = [
@@ -190,8 +191,10 @@ def assemble(
     max_concurrent: int = 1000,
     max_queued: int = 16,
     max_subscribers: int = 64,
+    max_artifact_bytes: int = 64 * 1024 * 1024,
     replay: int = 1000,
     retention: float | None = None,
+    retention_interrupted: float | None = None,
     access_log: bool = False,
     namespace: str = "relaykit",
     push_allow: tuple[str, ...] = (),
@@ -212,6 +215,7 @@ def assemble(
     protocols: str | Sequence[str] = PROTOCOLS,
     telemetry: Telemetry | bool | None = None,
     metrics: bool = False,
+    quotas: Quotas | None = None,
 ) -> A2AServer:
     """The ``A2AServer`` for ``executor``, not yet started: serve it with any binding, or none (a worker).
 
@@ -225,7 +229,8 @@ def assemble(
 
     The options are ``create_app``'s (see there), less the HTTP ones. ``public_url`` (default ``DEFAULT_PUBLIC_URL``)
     is the base of the card's JSON-RPC and HTTP+JSON interfaces and the push JWT issuer; ``grpc_url`` adds the
-    GRPC interface. The default store is ``memory`` (``relaykit serve`` defaults to SQLite). ``protocols``: the A2A
+    GRPC interface. ``quotas``: per-principal limits (``relaykit.server._quotas.Quotas``; defaults when None). The
+    default store is ``memory`` (``relaykit serve`` defaults to SQLite). ``protocols``: the A2A
     versions served, ``("1.0", "0.3")`` by default; ``"1.0"`` turns 0.3 off (its requests get VersionNotSupported).
 
     Observability (``relaykit.telemetry``): ``telemetry=None`` traces when an OpenTelemetry SDK is set up (by the
@@ -291,6 +296,7 @@ def assemble(
         max_queued=max_queued,
         max_subscribers=max_subscribers,
         idempotency_window=idempotency_window,
+        max_artifact_bytes=max_artifact_bytes,
     )
     if redis_url is not None:
         from relaykit.backends.redis import RedisWorkQueue
@@ -327,10 +333,12 @@ def assemble(
     )
     if card_signer is not None:
         served = card_signer.sign(served)
-    handler = RequestHandler(engine, served, push_store=push_store, extended_card=extended_card, auth=auth)
+    handler = RequestHandler(
+        engine, served, push_store=push_store, extended_card=extended_card, auth=auth, quotas=quotas
+    )
     if sender is not None:
         handler.push_url_check = sender.check_config
-    server = A2AServer(engine, handler, grace=grace, retention=retention)
+    server = A2AServer(engine, handler, grace=grace, retention=retention, retention_interrupted=retention_interrupted)
     server.access_log = access_log
     server.push_allow = push_allow
     server.push_sender = sender

@@ -42,12 +42,21 @@ class A2AServer:
     """
 
     def __init__(
-        self, engine: TaskEngine, handler: RequestHandler, *, grace: float = 5.0, retention: float | None = None
+        self,
+        engine: TaskEngine,
+        handler: RequestHandler,
+        *,
+        grace: float = 5.0,
+        retention: float | None = None,
+        retention_interrupted: float | None = None,
     ) -> None:
         self.engine = engine
         self.handler = handler
         self.grace = grace
         self.retention = retention
+        # Tasks left INPUT_REQUIRED / AUTH_REQUIRED expire after this many seconds (None: never).
+        self.retention_interrupted = retention_interrupted
+        self._purger_interrupted: asyncio.Task[None] | None = None
         self.started = False
         self.draining = False
         self._lock = asyncio.Lock()
@@ -98,21 +107,33 @@ class A2AServer:
                 await self.engine.recover()
             if self.retention:
                 self._purger = asyncio.create_task(self._purge_loop(self.retention), name="relaykit-retention")
+            if self.retention_interrupted:
+                self._purger_interrupted = asyncio.create_task(
+                    self._purge_loop(self.retention_interrupted, interrupted=True),
+                    name="relaykit-retention-interrupted",
+                )
             self.started = True
 
-    async def _purge_loop(self, retention: float) -> None:
+    async def _purge_loop(self, retention: float, *, interrupted: bool = False) -> None:
         # Purge at a tenth of the retention period (at most hourly), so nothing outlives it by much.
         log = logging.getLogger("relaykit.retention")
+        kind = "interrupted" if interrupted else "terminal"
         while True:
             try:
                 cutoff = datetime.now(UTC) - timedelta(seconds=retention)
-                removed = await self.purge(cutoff)
-                if any(removed):
-                    log.info(
-                        "purged %d terminal task(s), %d push dead letter(s), %d delivery-health row(s) older than %s",
-                        *removed,
-                        cutoff.isoformat(),
-                    )
+                if interrupted:
+                    count = await self.engine.store.purge(cutoff, interrupted=True)
+                    if count:
+                        log.info("purged %d %s task(s) older than %s", count, kind, cutoff.isoformat())
+                else:
+                    removed = await self.purge(cutoff)
+                    if any(removed):
+                        log.info(
+                            "purged %d terminal task(s), %d push dead letter(s), %d delivery-health row(s) older "
+                            "than %s",
+                            *removed,
+                            cutoff.isoformat(),
+                        )
             except Exception:
                 log.exception("retention purge failed")
             await asyncio.sleep(min(retention / 10, 3600.0))
@@ -131,9 +152,10 @@ class A2AServer:
         if not self.started:
             return
         self.draining = True
-        if self._purger is not None:
-            self._purger.cancel()
-            self._purger = None
+        for purger in (self._purger, self._purger_interrupted):
+            if purger is not None:
+                purger.cancel()
+        self._purger = self._purger_interrupted = None
         await self.engine.shutdown(self.grace)
         if self.push_sender is not None:
             # After the engine: the notifications of its last events (e.g. "server shutdown") are queued by now.

@@ -82,6 +82,10 @@ class TaskQuery:
     status_after: datetime | None = None
     page_size: int = 50
     page_token: str = ""
+    # What of each task the page carries: trimmed before the tasks are validated (``_paging.listed_task``), so a
+    # task with a huge history or artifact costs a JSON parse, not a model per part. None keeps the whole history.
+    history_length: int | None = None
+    include_artifacts: bool = True
 
 
 @dataclass(slots=True)
@@ -126,8 +130,9 @@ class TaskStore(Protocol):
         under), and ``failed`` (when given) receives each task as now stored.
         """
 
-    async def purge(self, before: datetime) -> int:
-        """Delete terminal tasks whose status timestamp is older than ``before``; returns the count."""
+    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
+        """Delete terminal tasks (``interrupted=True``: INPUT_REQUIRED / AUTH_REQUIRED ones instead) whose status
+        timestamp is older than ``before``; returns the count."""
 
 
 def failed_status(reason: str) -> TaskStatus:

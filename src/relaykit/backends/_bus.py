@@ -5,7 +5,8 @@ Rules every bus keeps (CONTRACT "SSE and resume"):
 * every event of a task gets the next number of one per-task sequence; SSE ``id:`` is that number;
 * a tap opened with ``after=X`` first receives exactly the retained events with seq > X, then every new event;
   if X is older than the ring (or unknown), ``open`` reports a gap and the caller sends a Task snapshot first;
-* a tap holds at most ``tap_limit`` undelivered items; a full tap is cut off (never blocks the publisher) and its
+* a tap holds at most ``tap_limit`` undelivered items and about ``TAP_BYTES`` of them (a stalled reader of big
+  events must not pin memory by the event count alone); a full tap is cut off (never blocks the publisher) and its
   reader resumes from the ring with ``reopen``; so is a tap that is handed an event out of sequence (a bus fed from
   outside the process can skip: the reader refills the gap from the log the same way), while an event it already has
   is dropped (two feeds may carry the same event).
@@ -21,21 +22,37 @@ from typing import Any, Protocol, runtime_checkable
 
 from relaykit._types import StreamResponse, stream_json
 
-__all__ = ["END", "EventBus", "Tap", "TapOverflowError"]
+__all__ = ["END", "TAP_BYTES", "EventBus", "Tap", "TapOverflowError"]
 
 # (seq, event object, encoded StreamResponse JSON)
 Item = tuple[int, Any, bytes]  # in the ring, the bytes may still be None (encoded on first read)
 END: Item = (-1, None, b"")
+TAP_BYTES = 4 * 1024 * 1024  # undelivered bytes per tap before it is cut off (the reader then resumes from the log)
+_UNENCODED = 256  # what an item not yet encoded counts for (chunk events: a few hundred bytes)
 
 
 class Tap:
     """One subscriber's bounded buffer of items from one task's log."""
 
-    __slots__ = ("_items", "_waiter", "execution", "finished", "head", "last_seq", "limit", "overflowed", "task_id")
+    __slots__ = (
+        "_bytes",
+        "_items",
+        "_waiter",
+        "execution",
+        "finished",
+        "head",
+        "last_seq",
+        "limit",
+        "max_bytes",
+        "overflowed",
+        "task_id",
+    )
 
-    def __init__(self, task_id: str, limit: int) -> None:
+    def __init__(self, task_id: str, limit: int, max_bytes: int = TAP_BYTES) -> None:
         self.task_id = task_id
         self.limit = limit
+        self.max_bytes = max_bytes
+        self._bytes = 0  # about what the buffered items hold
         self._items: deque[Item] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self.overflowed = False
@@ -48,10 +65,14 @@ class Tap:
         seq = item[0]
         if self.overflowed or self.finished or seq <= self.head:
             return
-        if seq != self.head + 1 or len(self._items) >= self.limit:
+        size = len(item[2]) if item[2] is not None else _UNENCODED
+        # An empty tap takes any one item, however big: a reader always makes progress.
+        over = self._items and self._bytes + size > self.max_bytes
+        if seq != self.head + 1 or len(self._items) >= self.limit or over:
             self.overflowed = True
         else:
             self._items.append(item)
+            self._bytes += size
             self.head = seq
         self._wake()
 
@@ -69,10 +90,13 @@ class Tap:
         """Start over after ``after`` with ``items`` replayed from the log, in order; ``top``: the newest seq the
         replay covered (default: the last item's, for a gapless replay)."""
         self._items.clear()
+        self._bytes = 0
         self.overflowed = False
         self.last_seq = self.head = after
         for item in items:
+            # A replay is taken whole (the ring bounds it), so the reader always makes progress.
             self._items.append(item)
+            self._bytes += len(item[2]) if item[2] is not None else _UNENCODED
             self.head = item[0]
         if top is not None and top > self.head:
             self.head = top
@@ -105,6 +129,7 @@ class Tap:
             finally:
                 self._waiter = None
         item = self._items.popleft()
+        self._bytes -= len(item[2]) if item[2] is not None else _UNENCODED
         self.last_seq = item[0]
         if item[2] is None:
             # Replayed from the ring, where nobody had needed it encoded yet.

@@ -1,16 +1,22 @@
-"""The ListTasks keyset cursor, shared by every store: ``(status timestamp in µs, task id)`` of a page's last task.
+"""ListTasks helpers shared by every store: the keyset cursor and the trimmed decode of a listed task.
 
-Opaque to clients (URL-safe base64); a token that does not decode is a client error (``ValueError``).
+The cursor is ``(status timestamp in µs, task id)`` of a page's last task, opaque to clients (URL-safe base64); a
+token that does not decode is a client error (``ValueError``). ``listed_task`` drops what the page does not carry
+(artifacts, history beyond ``historyLength``) from the parsed JSON before validation: validating a part costs far
+more than parsing it, so a listed task costs what the page returns.
 """
 
 from __future__ import annotations
 
 import base64
 from datetime import UTC, datetime
+from typing import Any
+
+import pydantic_core
 
 from relaykit._types import Task
 
-__all__ = ["decode_token", "encode_token", "sort_key", "timestamp_us"]
+__all__ = ["decode_token", "dropped_fields", "encode_token", "listed_task", "sort_key", "timestamp_us"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -44,3 +50,24 @@ def decode_token(token: str) -> tuple[int, str]:
         return int(ts), task_id
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"invalid page token {token!r}") from exc
+
+
+def dropped_fields(history_length: int | None, include_artifacts: bool) -> tuple[str, ...]:
+    """The top-level task fields a ListTasks page leaves out entirely: the SQL stores drop them in the database (its
+    JSON functions run in C, off the event loop), so the process never parses them."""
+    fields: tuple[str, ...] = () if include_artifacts else ("artifacts",)
+    return (*fields, "history") if history_length == 0 else fields
+
+
+def listed_task(body: bytes | str, history_length: int | None, include_artifacts: bool) -> Task:
+    """A stored task as a ListTasks page carries it: artifacts only when asked, the newest ``history_length``
+    messages (all when None)."""
+    if include_artifacts and history_length is None:
+        return Task.from_json(body)
+    data: dict[str, Any] = pydantic_core.from_json(body)
+    if not include_artifacts:
+        data.pop("artifacts", None)
+    history = data.get("history")
+    if history_length is not None and history and len(history) > history_length:
+        data["history"] = history[len(history) - history_length :] if history_length else []
+    return Task.model_validate(data)

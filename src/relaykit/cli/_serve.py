@@ -39,6 +39,8 @@ from relaykit.cli._security import (
     with_client_certs,
 )
 from relaykit.cli._target import load_target, target_file
+from relaykit.http._guard import HttpLimits, default_max_connections
+from relaykit.server._quotas import Quotas
 
 __all__ = ["add_serve_parser", "parse_duration", "run_serve"]
 
@@ -94,8 +96,16 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
     p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
+    p.add_argument(
+        "--retention-interrupted",
+        type=parse_duration,
+        default=None,
+        help="purge INPUT_REQUIRED / AUTH_REQUIRED tasks untouched for this long (default: never)",
+    )
     p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
     p.add_argument("--inspector", action="store_true", help="serve the web inspector at /inspector/")
+    add_http_limit_options(p)
+    add_quota_options(p)
     add_cluster_options(p)
     add_security_options(p)
     p.add_argument(
@@ -238,6 +248,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
             executor_timeout=args.executor_timeout,
             grace=args.grace,
             retention=args.retention,
+            retention_interrupted=getattr(args, "retention_interrupted", None),
             access_log=args.access_log,
             namespace=args.namespace,
             push_allow=tuple(args.push_allow),
@@ -249,6 +260,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
             protocols=_protocols(args),
             metrics=metrics,
             telemetry=telemetry,
+            quotas=quotas_from(args),
             **_push_kwargs(args),
             **security_kwargs(args),
         )
@@ -330,6 +342,65 @@ def setup_observability(args: argparse.Namespace) -> None:
             raise CliError(f"--otel needs the OpenTelemetry SDK and OTLP exporter: {exc}") from exc
 
 
+def add_http_limit_options(p: argparse.ArgumentParser) -> None:
+    """The HTTP connection limits (relaykit.http._guard; docs/limits.md): on by default."""
+    d = HttpLimits()
+    p.add_argument(
+        "--max-header-bytes", type=int, default=d.max_header_bytes, help="request head size cap, 431 past it"
+    )
+    p.add_argument(
+        "--header-timeout", type=parse_duration, default=d.header_timeout, help="seconds to send a request head"
+    )
+    p.add_argument(
+        "--body-timeout", type=parse_duration, default=d.body_timeout, help="seconds between request body reads"
+    )
+    p.add_argument(
+        "--idle-timeout", type=parse_duration, default=d.idle_timeout, help="keep-alive idle connection timeout"
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help="open connections cap (default 1000, lowered to fit the open-file limit); 0 turns the limits off",
+    )
+
+
+def add_quota_options(p: argparse.ArgumentParser) -> None:
+    """Per-principal quotas (relaykit.server._quotas; docs/limits.md); 0 turns one off."""
+    d = Quotas()
+    p.add_argument("--quota-executions", type=int, default=d.executions, help="concurrent executions per principal")
+    p.add_argument("--quota-streams", type=int, default=d.streams, help="open streams per principal")
+    p.add_argument("--quota-rate", type=float, default=d.rate, help="requests per second per principal")
+    p.add_argument("--quota-burst", type=int, default=d.burst, help="request burst per principal")
+    p.add_argument("--max-push-configs", type=int, default=d.push_configs, help="push configs per task")
+
+
+def quotas_from(args: argparse.Namespace) -> Quotas:
+    d = Quotas()
+    return Quotas(
+        executions=getattr(args, "quota_executions", d.executions),
+        streams=getattr(args, "quota_streams", d.streams),
+        rate=getattr(args, "quota_rate", d.rate),
+        burst=getattr(args, "quota_burst", d.burst),
+        push_configs=getattr(args, "max_push_configs", d.push_configs),
+    )
+
+
+def http_limits(args: argparse.Namespace) -> HttpLimits | None:
+    """The limits the flags ask for; None when ``--max-connections 0`` turns them off (benchmarks)."""
+    cap = getattr(args, "max_connections", None)
+    if cap == 0:
+        return None
+    defaults = HttpLimits()
+    return HttpLimits(
+        max_header_bytes=getattr(args, "max_header_bytes", defaults.max_header_bytes),
+        header_timeout=getattr(args, "header_timeout", defaults.header_timeout),
+        body_timeout=getattr(args, "body_timeout", defaults.body_timeout),
+        idle_timeout=getattr(args, "idle_timeout", defaults.idle_timeout),
+        max_connections=cap if cap is not None else default_max_connections(),
+    )
+
+
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -339,6 +410,7 @@ def run_serve(args: argparse.Namespace) -> int:
             raise CliError("--reload cannot be combined with --ssl-certfile (a development server speaks plain HTTP)")
         return _run_reload(args)
     app = build_app(args)
+    limits = http_limits(args)
     config = uvicorn.Config(
         app,
         host=args.host,
@@ -351,6 +423,7 @@ def run_serve(args: argparse.Namespace) -> int:
         lifespan="on",
         timeout_graceful_shutdown=max(1, int(args.grace) + 1),
         **uvicorn_tls(args),
+        **(limits.uvicorn_options() if limits is not None else {}),
     )
     if args.ssl_ca_certs:
         with_client_certs(config)

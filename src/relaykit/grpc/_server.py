@@ -51,6 +51,7 @@ from relaykit._errors import (
     invalid_params,
 )
 from relaykit._grpc_gen import a2a_v0_3_pb2 as v03_pb
+from relaykit._input import parse_event_id
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import Encoded
 from relaykit._proto import (
@@ -136,6 +137,20 @@ def _check_version_v03(value: str | None) -> None:
         )
 
 
+# Hostile-load bounds on by default (issue 14; docs/limits.md), as the HTTP server's: request metadata (headers) at
+# most 16 KiB, at most 100 concurrent streams per connection, client pings no more often than every 10 s (a client
+# that keeps pinging faster is disconnected after 2 strikes; none without a call in flight), idle connections closed
+# after 5 minutes.
+GRPC_LIMITS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_metadata_size", 16 * 1024),
+    ("grpc.max_concurrent_streams", 100),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_ping_strikes", 2),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.max_connection_idle_ms", 5 * 60_000),
+)
+
+
 def _metadata(context: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in context.invocation_metadata() or ():
@@ -154,12 +169,7 @@ def peer_certificate(context: Any) -> bytes | None:
 
 
 def _resume_point(metadata: Mapping[str, str]) -> int | None:
-    text = metadata.get(RESUME_FROM, "").strip()
-    if not text:
-        return None
-    if not text.isdigit():
-        raise InvalidParamsError(f"last-event-id {text!r} is not an event id from this server")
-    return int(text)
+    return parse_event_id(metadata.get(RESUME_FROM, ""), "last-event-id")
 
 
 def _extension_metadata(call: CallContext) -> tuple[tuple[str, str], ...]:
@@ -235,12 +245,12 @@ class GrpcBinding:
         check_version(metadata.get("a2a-version"))
         try:
             request = decode(data)
-        except DecodeError as exc:
+        except ValidationError as exc:
+            raise invalid_params(exc) from None
+        except (DecodeError, ValueError) as exc:  # ValueError: e.g. a NaN in a Struct (relaykit._proto)
             raise InvalidParamsError(
                 f"the {op.name} request is not a valid {op.request.__name__} message: {exc}"
             ) from None
-        except ValidationError as exc:
-            raise invalid_params(exc) from None
         if auth.interceptors:
             await auth.authorize(op.name, principal, request)
         raw = metadata.get("a2a-extensions") or metadata.get("x-a2a-extensions") or ""
@@ -427,7 +437,8 @@ class GrpcServer:
             ("grpc.max_receive_message_length", max_message),
             ("grpc.max_send_message_length", max_message),
             ("grpc.so_reuseport", 0),
-            *options,
+            *GRPC_LIMITS,
+            *options,  # given options come last: gRPC keeps the last value of a repeated key
         )
         self._reflection = reflection
         self._health_enabled = health

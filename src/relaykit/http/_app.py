@@ -47,6 +47,7 @@ from relaykit.http._rest import RESTBinding
 from relaykit.push._sender import DeliveryPolicy, PushEvents
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._handler import ExtendedCardProvider
+from relaykit.server._quotas import Quotas
 from relaykit.telemetry import Telemetry
 
 __all__ = ["A2AServer", "build_card", "create_app", "http_app"]
@@ -377,8 +378,10 @@ def create_app(
     max_concurrent: int = 1000,
     max_queued: int = 16,
     max_subscribers: int = 64,
+    max_artifact_bytes: int = 64 * 1024 * 1024,
     replay: int = 1000,
     retention: float | None = None,
+    retention_interrupted: float | None = None,
     access_log: bool = False,
     namespace: str = "relaykit",
     push_allow: tuple[str, ...] = (),
@@ -399,6 +402,7 @@ def create_app(
     card_signing_key: Any = None,
     card_key_id: str | None = None,
     push_secrets_key: str | bytes | Sequence[str | bytes] | None = None,
+    quotas: Quotas | None = None,
     inspector: bool = False,
 ) -> Starlette:
     """Serve ``executor`` as an A2A 1.0 agent over JSON-RPC (``POST /``) and HTTP+JSON (routes at the root), and
@@ -447,6 +451,10 @@ def create_app(
     JWS; ``card_key_id`` names the key) and publishes its public key at ``/.well-known/jwks.json``. A ``card`` that
     is already signed is served exactly as given. ``push_secrets_key`` (``relaykit.push.new_secrets_key()``)
     encrypts push credentials at rest in every store.
+
+    Limits: ``quotas`` (``relaykit.server.Quotas``-like, in ``relaykit.server._quotas``) bounds what one
+    authenticated principal may take: executions, open streams, requests per second, push configs per task. See
+    docs/limits.md for every default.
     """
     # Every option but the HTTP ones is assemble's, by the same name and default (tests/test_assembly.py checks the
     # two signatures agree), so they are passed on as they came.

@@ -50,6 +50,7 @@ __all__ = [
     "check_version",
     "read_body",
     "request_version",
+    "retry_after",
     "send_bytes",
     "stream_sse",
     "tag_request",
@@ -158,6 +159,12 @@ async def read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
         if not message.get("more_body", False):
             break
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def retry_after(exc: Exception) -> list[tuple[bytes, bytes]]:
+    """``Retry-After`` for an error that says when to retry (a quota's ``retryAfter``), else nothing."""
+    value = getattr(exc, "metadata", {}).get("retryAfter")
+    return [(b"retry-after", value.encode())] if value else []
 
 
 async def send_bytes(

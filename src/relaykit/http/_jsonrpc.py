@@ -20,11 +20,11 @@ from relaykit._errors import (
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
-    JSONParseError,
     MethodNotFoundError,
     VersionNotSupportedError,
     invalid_params,
 )
+from relaykit._input import decode_json, parse_event_id
 from relaykit._methods import OPERATIONS_BY_NAME
 from relaykit._model import A2AModel, Encoded
 from relaykit._v03 import _rpc as v03
@@ -41,6 +41,7 @@ from relaykit.http._asgi import (
     query_params,
     read_body,
     request_version,
+    retry_after,
     send_bytes,
     stream_sse,
     tag_request,
@@ -59,15 +60,12 @@ def last_event_id(scope: Scope) -> int | None:
     """The resume point of a subscription: ``Last-Event-ID`` header, or ``lastEventId`` query parameter."""
     raw = header(scope, b"last-event-id")
     text = raw.decode("latin-1").strip() if raw is not None else ""
-    if not text:
-        for key, value in query_params(scope):
-            if key == "lastEventId":
-                text = value.strip()
-    if not text:
-        return None
-    if not text.isdigit():
-        raise InvalidParamsError(f"Last-Event-ID {text!r} is not an event id from this server")
-    return int(text)
+    if text:
+        return parse_event_id(text)
+    for key, value in query_params(scope):
+        if key == "lastEventId":
+            text = value.strip()
+    return parse_event_id(text, "lastEventId")
 
 
 class JSONRPCBinding:
@@ -94,10 +92,7 @@ class JSONRPCBinding:
                 raise InvalidRequestError(f"JSON-RPC requests are POSTed (got {scope['method']})")
             check_json_content_type(scope, required=True)
             body = await read_body(scope, receive, self.max_body)
-            try:
-                envelope = pydantic_core.from_json(body)
-            except ValueError as exc:
-                raise JSONParseError(f"request body is not valid JSON: {exc}") from None
+            envelope = await decode_json(body)
             rid, method, params = self._envelope(envelope)
             auth = self.handler.auth
             principal = await authenticate(scope, auth, "JSONRPC")
@@ -208,7 +203,7 @@ class JSONRPCBinding:
         # JSON-RPC reports errors in the body with HTTP 200; the exceptions are an oversize body (CONTRACT: 413) and
         # auth refusals, which clients and proxies must see at the HTTP layer (401 + WWW-Authenticate, 403).
         status = exc.http_status if exc.http_status in (401, 403, 413) else 200
-        await send_bytes(send, status, _error_body(rid, exc), _JSON, auth_headers(exc))
+        await send_bytes(send, status, _error_body(rid, exc), _JSON, [*auth_headers(exc), *retry_after(exc)])
 
 
 def v03_rpc(method: str, params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -21,10 +21,10 @@ from relaykit._errors import (
     A2AError,
     InternalError,
     InvalidParamsError,
-    JSONParseError,
     MethodNotFoundError,
     invalid_params,
 )
+from relaykit._input import decode_json
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import A2AModel, Encoded
 from relaykit._v03 import _rest as v03
@@ -41,6 +41,7 @@ from relaykit.http._asgi import (
     query_params,
     read_body,
     request_version,
+    retry_after,
     send_bytes,
     stream_sse,
     tag_request,
@@ -165,10 +166,8 @@ class RESTBinding:
                 # An empty body may come without a Content-Type, never with a non-JSON one (a cross-site form post).
                 check_json_content_type(scope, required=bool(body.strip()))
                 if body.strip():
-                    try:
-                        decoded = pydantic_core.from_json(body)
-                    except ValueError as exc:
-                        raise JSONParseError(f"request body is not valid JSON: {exc}") from None
+                    check_json_content_type(scope, required=True)
+                    decoded = await decode_json(body)
                     if not isinstance(decoded, dict):
                         raise InvalidParamsError("the request body must be a JSON object")
                     params = decoded
@@ -237,6 +236,8 @@ def _error_frame_v03(exc: A2AError) -> bytes:
 async def _send_error(send: Send, exc: A2AError, legacy: bool = False) -> None:
     if legacy:
         status, body = v03.error_response(exc)
-        await send_bytes(send, status, body, _JSON, auth_headers(exc))
+        await send_bytes(send, status, body, _JSON, [*auth_headers(exc), *retry_after(exc)])
         return
-    await send_bytes(send, exc.http_status, pydantic_core.to_json(exc.to_status()), A2A_JSON, auth_headers(exc))
+    await send_bytes(
+        send, exc.http_status, pydantic_core.to_json(exc.to_status()), A2A_JSON, [*auth_headers(exc), *retry_after(exc)]
+    )

@@ -57,6 +57,7 @@ from relaykit.backends._base import (
 from relaykit.push._config_cache import ConfigCache, TaskKey
 from relaykit.push._outbox import OutboxWriter
 from relaykit.push._policy import DeliveryPolicy
+from relaykit.push._rate import NotificationGate
 from relaykit.push._signing import SIGNATURE_HEADER, PushSigner
 from relaykit.push._ssrf import GuardedBackend, WebhookGuard
 
@@ -116,6 +117,8 @@ class PushSender:
 
     ``events``: ``"all"`` (every task event: snapshots, status and artifact updates) or ``"state"`` (only the
     events that change the task's state). ``allow``: the SSRF guard's allow list. ``signer``: signs deliveries.
+    ``notify_rate``: ``(per second, burst)`` notifications per task beyond its state changes (``push._rate``);
+    ``(0, 0)`` turns the bound off.
 
     >>> # sender = PushSender(push_store, MemoryPushOutbox()); engine.on_event = sender.on_event
     """
@@ -133,6 +136,7 @@ class PushSender:
         http: httpx.AsyncClient | None = None,
         worker: str | None = None,
         flush_timeout: float = 5.0,
+        notify_rate: tuple[float, int] = (100.0, 1000),
     ) -> None:
         if events not in ("all", "state"):
             raise ValueError(f"push_events must be 'all' or 'state' (got {events!r})")
@@ -153,6 +157,8 @@ class PushSender:
         self._writer: OutboxWriter | None = None
         self._streams: dict[StreamKey, _Stream] = {}
         self._last_state: collections.OrderedDict[str, TaskState] = collections.OrderedDict()
+        # Notifications per task beyond state changes: rate per second, burst deep (push amplification bound).
+        self.gate = NotificationGate(*notify_rate)
         self._slots = asyncio.Semaphore(self.policy.concurrency)
         self._stopping = asyncio.Event()
         self._idle = asyncio.Event()  # set while no stream has anything queued
@@ -316,6 +322,8 @@ class PushSender:
         configs = await self.configs.for_task(key)
         if not configs:
             return
+        if self.events == "all" and not self.gate.allow(task_id, state):
+            return  # over the task's notification budget: coalesced into its next one (push._rate)
         now = time.time()
         legacy: bytes | None = None
         trace = self.telemetry.capture() if self.telemetry is not None else None

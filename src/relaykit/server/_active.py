@@ -69,8 +69,10 @@ class ActiveTask:
 
     __slots__ = (
         "agent_error",
+        "artifact_bytes",
         "cancel_reason",
         "cancel_requested",
+        "chunk_bytes_since_flush",
         "chunks_since_flush",
         "context",
         "context_id",
@@ -110,6 +112,8 @@ class ActiveTask:
         self.message_mode = False
         self.dirty = False
         self.chunks_since_flush = 0
+        self.chunk_bytes_since_flush = 0  # about what the chunks since the last write add to the task's JSON
+        self.artifact_bytes = 0  # about what this live task's executions published as artifacts (max_artifact_bytes)
         self.last_flush = 0.0
         self.last_yield = 0.0
         # True while an event is applied to ``task`` but not yet published (its write may be in flight): a subscriber

@@ -74,6 +74,7 @@ class TaskEngine(Runner, Readers):
         checkpoint_seconds: float = 1.0,
         idempotency_window: float = 600.0,
         on_event: Any = None,
+        max_artifact_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.executor = executor
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
@@ -86,6 +87,7 @@ class TaskEngine(Runner, Readers):
         self.send_timeout = send_timeout
         self.checkpoint_chunks = checkpoint_chunks
         self.checkpoint_seconds = checkpoint_seconds
+        self.max_artifact_bytes = max_artifact_bytes
         # Hook for push delivery: called with (active task, seq, event, data) after each publish.
         self.on_event = on_event
         # Observability (relaykit.telemetry): None = off (each hook point is an ``is None`` test).
@@ -99,6 +101,8 @@ class TaskEngine(Runner, Readers):
         self.on_idle: Any = None
         self._remote_bus = not isinstance(self.bus, LocalEventBus)
         self._running = 0
+        self.max_per_principal = 0  # RequestHandler sets it from its Quotas
+        self._by_owner: dict[str, int] = {}
         self._accepting = False
         self._started = False
         self._sync_store = isinstance(self.store, MemoryTaskStore)

@@ -44,6 +44,7 @@ from relaykit.backends._base import PushConfigStore, TaskQuery
 from relaykit.backends.memory import MemoryPushConfigStore
 from relaykit.server._context import CallContext
 from relaykit.server._engine import StreamItem, TaskEngine
+from relaykit.server._quotas import QuotaLedger, Quotas, exhausted
 from relaykit.telemetry._seam import Telemetry
 
 __all__ = ["ExtendedCardProvider", "RequestHandler", "trim_history"]
@@ -74,10 +75,14 @@ class RequestHandler:
         push_store: PushConfigStore | None = None,
         extended_card: ExtendedCardProvider | None = None,
         auth: Auth | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         self.engine = engine
         # Who may call: every binding authenticates and authorizes through this one object (relaykit.auth).
         self.auth = auth if auth is not None else Auth()
+        # Per-principal quotas (server._quotas): requests per second and open streams here, executions in the runner.
+        self.quotas = QuotaLedger(quotas)
+        engine.max_per_principal = self.quotas.quotas.executions
         self.card = card
         self.push_store: PushConfigStore = push_store if push_store is not None else MemoryPushConfigStore()
         self.extended_card = extended_card
@@ -147,10 +152,11 @@ class RequestHandler:
         """SendStreamingMessage: (seq, event, encoded StreamResponse) items."""
         self._require_streaming()
         await self._check_inline_push(request)
-        items = self.engine.stream(request, call)
+        counted = self.quotas.open_stream(call.user)
+        items: AsyncIterator[StreamItem] = self.engine.stream(request, call)
         if request.configuration is not None and request.configuration.task_push_notification_config is not None:
-            return self._bind_push_on_first(request, items, call)
-        return items
+            items = self._bind_push_on_first(request, items, call)
+        return self.quotas.stream(call.user, items) if counted else items
 
     async def _bind_push_on_first(
         self, request: SendMessageRequest, items: AsyncIterator[StreamItem], call: CallContext
@@ -188,6 +194,8 @@ class RequestHandler:
             status_after=request.status_timestamp_after,
             page_size=page_size,
             page_token=request.page_token,
+            history_length=request.history_length,
+            include_artifacts=bool(request.include_artifacts),
         )
         try:
             page = await self.engine.store.list(query)
@@ -195,6 +203,8 @@ class RequestHandler:
             raise InvalidParamsError(
                 str(exc), field_violations=[("pageToken", "not a token from this server")]
             ) from exc
+        # relaykit's stores trimmed history and artifacts before decoding (TaskQuery.history_length /
+        # include_artifacts); trimming again is a no-op for them and keeps a store that ignores those fields right.
         tasks = page.tasks
         for task in tasks:
             if not request.include_artifacts:
@@ -213,7 +223,16 @@ class RequestHandler:
     ) -> AsyncIterator[StreamItem]:
         """SubscribeToTask: snapshot first (or the events after ``last_event_id``), then until terminal."""
         self._require_streaming()
-        items = await self.engine.subscribe(request.id, call, tenant=request.tenant, last_event_id=last_event_id)
+        self.quotas.charge(call.user)  # bindings call this directly, not through dispatch
+        counted = self.quotas.open_stream(call.user)
+        try:
+            items = await self.engine.subscribe(request.id, call, tenant=request.tenant, last_event_id=last_event_id)
+        except BaseException:
+            if counted:
+                self.quotas.close_stream(call.user)
+            raise
+        if counted:
+            items = self.quotas.stream(call.user, items)
         if self.telemetry is not None:
             return self.telemetry.watch(items, operation="SubscribeToTask")
         return items
@@ -241,6 +260,11 @@ class RequestHandler:
             raise InvalidParamsError("url is required", field_violations=[("url", "required")])
         if self.push_url_check is not None:
             await self.push_url_check(request.url, "url")
+        cap = self.quotas.quotas.push_configs
+        if cap > 0:
+            existing = await self.push_store.list(request.task_id, tenant=tenant, owner=call.user)
+            if len(existing) >= cap and all(c.id != request.id for c in existing):
+                raise exhausted(f"task {request.task_id} already has {cap} push notification configs", 60)
         config = request.model_copy(update={"id": request.id or new_id(), "tenant": tenant})
         await self.push_store.put(config, owner=call.user)
         return config
@@ -289,6 +313,7 @@ class RequestHandler:
 
     async def dispatch(self, method: str, request: A2AModel, call: CallContext) -> Any:
         """Call the handler method an operation names (``Operation.handler``)."""
+        self.quotas.charge(call.user)
         fn: Callable[[Any, CallContext], Awaitable[Any]] = getattr(self, method)
         if self.telemetry is not None:
             return await self.telemetry.dispatch(method, fn, request, call)

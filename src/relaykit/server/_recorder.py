@@ -7,7 +7,11 @@ Invariants:
   flushed at checkpoints), then published once as encoded ``StreamResponse`` bytes;
 * the stored ``event_seq`` names the event published after that write, so a reader that starts from the stored task
   resumes exactly after it;
-* writes are never torn by cancellation: a write in flight completes before the cancellation is honoured.
+* writes are never torn by cancellation: a write in flight completes before the cancellation is honoured;
+* a stream of N chunks costs O(N): a chunk checkpoint (which re-encodes and rewrites the whole task) waits, beyond
+  the chunk-count / interval trigger, until the chunks since the last write add at least 1/``_GROWTH`` of the
+  stored body's size, so the bytes re-encoded over a stream are a geometric series bounded by ``_GROWTH`` times its
+  final size (plus one write per ``_MAX_CHECKPOINT_DELAY``, which bounds how late a chunk reaches the store).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import logging
 import time
 from typing import Any
 
-from relaykit._errors import InvalidAgentResponseError
+from relaykit._errors import ArtifactTooLargeError, InvalidAgentResponseError
 from relaykit._model import utc_now
 from relaykit._state import TERMINAL, apply
 from relaykit._types import (
@@ -43,6 +47,21 @@ __all__ = ["Recorder"]
 log = logging.getLogger("relaykit.engine")
 
 _YIELD_INTERVAL = 0.010
+_GROWTH = 4  # a chunk checkpoint rewrites the task once the chunks since the last write add 1/4 of its size
+_MAX_CHECKPOINT_DELAY = 10.0  # seconds: chunks reach the store at least this often, however big the task
+_PART_OVERHEAD = 16  # JSON framing of one part: '{"text":""},'
+
+
+def _chunk_bytes(event: TaskArtifactUpdateEvent) -> int:
+    size = 0
+    for part in event.artifact.parts:
+        if part.text is not None:
+            size += len(part.text) + _PART_OVERHEAD
+        elif part.raw is not None:
+            size += len(part.raw) * 4 // 3 + _PART_OVERHEAD
+        else:
+            size += 64 + _PART_OVERHEAD  # url or data: a guess, only used to pace checkpoints
+    return size
 
 
 def _agent_message(text: str, task_id: str, context_id: str) -> Message:
@@ -64,6 +83,7 @@ class Recorder:
     on_event: Any
     checkpoint_chunks: int
     checkpoint_seconds: float
+    max_artifact_bytes: int  # artifact bytes a live task may publish (0: no limit); past it the task FAILS
     _sync_store: bool
     # Observability (relaykit.telemetry.Telemetry) or None: spans around store writes and state publishes.
     telemetry: Any
@@ -110,12 +130,23 @@ class Recorder:
         task = active.task
         assert task is not None
         if isinstance(event, TaskArtifactUpdateEvent):
+            size = _chunk_bytes(event)
+            active.artifact_bytes += size
+            if self.max_artifact_bytes and active.artifact_bytes > self.max_artifact_bytes:
+                raise ArtifactTooLargeError(
+                    f"The agent's artifacts exceeded the server's limit of {self.max_artifact_bytes} bytes.",
+                    task_id=active.task_id,
+                )
             apply(task, event)
             active.chunks_since_flush += 1
+            active.chunk_bytes_since_flush += size
             now = time.monotonic()
-            flush = (
-                active.chunks_since_flush >= self.checkpoint_chunks
-                or now - active.last_flush >= self.checkpoint_seconds
+            since = now - active.last_flush
+            flush = (active.chunks_since_flush >= self.checkpoint_chunks or since >= self.checkpoint_seconds) and (
+                active.record is None
+                or active.record.body is None
+                or active.chunk_bytes_since_flush * _GROWTH >= len(active.record.body)
+                or since >= _MAX_CHECKPOINT_DELAY
             )
             await self._emit(active, event, None, persist=flush)
         elif isinstance(event, TaskStatusUpdateEvent):
@@ -270,6 +301,7 @@ class Recorder:
     async def _write(self, active: ActiveTask, record: TaskRecord) -> None:
         active.dirty = False
         active.chunks_since_flush = 0
+        active.chunk_bytes_since_flush = 0
         active.last_flush = time.monotonic()
         record.body = record.task.to_json()
         if self.cluster is not None:

@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 from relaykit._errors import (
+    ArtifactTooLargeError,
     InternalError,
     InvalidAgentResponseError,
     InvalidParamsError,
@@ -33,8 +34,9 @@ from relaykit._types import Message, SendMessageRequest, Task, TaskState, new_id
 from relaykit.backends._base import TaskRecord
 from relaykit.server._active import ActiveTask, PendingRequest
 from relaykit.server._cancel import Cancellation
-from relaykit.server._context import CallContext, RequestContext
+from relaykit.server._context import ANONYMOUS, CallContext, RequestContext
 from relaykit.server._queue import EventQueue
+from relaykit.server._quotas import exhausted
 from relaykit.server._recent import RecentMessages, Seen
 
 __all__ = ["Runner", "accept_continuation"]
@@ -79,12 +81,21 @@ def accept_continuation(message: Message, task_id: str, context_id: str, task: T
     message.context_id = context_id
 
 
+def _agent_failure(reason: BaseException) -> str:
+    # A server limit says which (its message names no content); other invalid output stays generic.
+    if isinstance(reason, ArtifactTooLargeError):
+        return reason.message
+    return "The agent produced an invalid response."
+
+
 class Runner(Cancellation):
     """The layer of ``TaskEngine`` that admits messages and runs them; it cancels and records through the layers
     below it."""
 
     executor_timeout: float | None
     max_concurrent: int
+    max_per_principal: int  # concurrent executions per principal (0: no limit); set by RequestHandler from Quotas
+    _by_owner: dict[str, int]
     max_queued: int
     # The messages admitted within the idempotency window (a repeat gets the original's outcome).
     recent: RecentMessages
@@ -144,10 +155,18 @@ class Runner(Cancellation):
             raise ResourceExhaustedError(
                 f"task {active.task_id} already has {self.max_queued} messages waiting; retry later"
             )
-        if active.runner is None and self._running >= self.max_concurrent:
-            raise ResourceExhaustedError(
-                f"the server is running its limit of {self.max_concurrent} executions; retry later"
-            )
+        if active.runner is None:
+            if self._running >= self.max_concurrent:
+                raise ResourceExhaustedError(
+                    f"the server is running its limit of {self.max_concurrent} executions; retry later"
+                )
+            # Per principal (server._quotas; anonymous is exempt): one caller cannot take every execution slot.
+            owner = active.owner
+            if self.max_per_principal > 0 and owner != ANONYMOUS:
+                running = self._by_owner.get(owner, 0)
+                if running >= self.max_per_principal:
+                    raise exhausted(f"{owner} is running its limit of {self.max_per_principal} executions", 1.0)
+                self._by_owner[owner] = running + 1
         self.registry[active.task_id] = active
         self._idle.clear()
         active.requests.append(pending)
@@ -224,6 +243,13 @@ class Runner(Cancellation):
         finally:
             active.runner = None
             self._running -= 1
+            owner = active.owner
+            count = self._by_owner.get(owner)
+            if count is not None:
+                if count > 1:
+                    self._by_owner[owner] = count - 1
+                else:
+                    del self._by_owner[owner]
             if self.registry.get(active.task_id) is active:
                 del self.registry[active.task_id]
             if not self.registry:
@@ -322,7 +348,7 @@ class Runner(Cancellation):
             elif active.agent_error is not None or isinstance(exc, InvalidAgentResponseError):
                 reason = active.agent_error or exc
                 log.error("task %s: invalid agent output: %s", active.task_id, reason)
-                await self._fail(active, "The agent produced an invalid response.")
+                await self._fail(active, _agent_failure(reason))
             else:
                 log.exception("task %s: executor raised", active.task_id)
                 await self._fail(active, _SAFE_FAILURE)
@@ -330,7 +356,7 @@ class Runner(Cancellation):
             queue.close()
             if active.agent_error is not None:
                 log.error("task %s: invalid agent output: %s", active.task_id, active.agent_error)
-                await self._fail(active, "The agent produced an invalid response.")
+                await self._fail(active, _agent_failure(active.agent_error))
             else:
                 await self._check_outcome(active)
         self._conclude(active, pending)

@@ -27,12 +27,13 @@ from relaykit.backends._base import (
     failed_status,
     from_epoch,
 )
-from relaykit.backends._paging import decode_token, encode_token, timestamp_us
+from relaykit.backends._paging import decode_token, encode_token, listed_task, timestamp_us
 
 __all__ = ["MemoryPushConfigStore", "MemoryPushOutbox", "MemoryTaskStore"]
 
 _ACTIVE = (TaskState.SUBMITTED, TaskState.WORKING)
 _TERMINAL = (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED)
+_INTERRUPTED = (TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED)
 
 
 class _Row:
@@ -145,7 +146,7 @@ class MemoryTaskStore:
         page = matches[start : start + query.page_size]
         more = start + query.page_size < len(matches)
         return ListPage(
-            tasks=[Task.from_json(row.body) for _, row in page],
+            tasks=[listed_task(row.body, query.history_length, query.include_artifacts) for _, row in page],
             next_page_token=encode_token(page[-1][0]) if more and page else "",
             total_size=len(matches),
         )
@@ -174,9 +175,10 @@ class MemoryTaskStore:
                 count += 1
         return count
 
-    async def purge(self, before: datetime) -> int:
+    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
         limit = timestamp_us(before)
-        doomed = [k for k, row in self._rows.items() if row.state in _TERMINAL and row.key[0] < limit]
+        states = _INTERRUPTED if interrupted else _TERMINAL
+        doomed = [k for k, row in self._rows.items() if row.state in states and row.key[0] < limit]
         for task_id in doomed:
             del self._rows[task_id]
         return len(doomed)

@@ -15,7 +15,14 @@ from typing import Any
 from relaykit._types import Task, TaskState
 from relaykit.backends._base import Claim, ConflictError, ListPage, Orphan, TaskQuery, TaskRecord, failed_status
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
+from relaykit.backends._paging import (
+    decode_token,
+    dropped_fields,
+    encode_token,
+    listed_task,
+    sort_key,
+    timestamp_us,
+)
 from relaykit.backends.postgres._db import CONNECT_TIMEOUT, Database, has_nul, rowcount
 
 __all__ = ["PostgresTaskStore"]
@@ -23,6 +30,7 @@ __all__ = ["PostgresTaskStore"]
 # States are stored as their proto names (the wire value), so the column reads the same as the JSON body.
 _ACTIVE = [TaskState.SUBMITTED.value, TaskState.WORKING.value]
 _TERMINAL = [state.value for state in TaskState if state.is_terminal]
+_INTERRUPTED = [TaskState.INPUT_REQUIRED.value, TaskState.AUTH_REQUIRED.value]
 
 
 class PostgresTaskStore(AttachedStore[Database]):
@@ -212,7 +220,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         page = found[:size]
         more = len(found) > size
         return ListPage(
-            tasks=[Task.from_json(row[3]) for row in page],
+            tasks=[listed_task(row[3], query.history_length, query.include_artifacts) for row in page],
             next_page_token=encode_token((int(page[-1][1]), str(page[-1][2]))) if more and page else "",
             total_size=total,
         )
@@ -240,13 +248,24 @@ class PostgresTaskStore(AttachedStore[Database]):
             page_where.append(f"(status_ts, id) < (${len(params) - 1}, ${len(params)})")
         # One row more than the page tells whether a next page exists.
         params.append(max(query.page_size, 0) + 1)
+        limit = len(params)
+        body = "p.body"
+        dropped = dropped_fields(query.history_length, query.include_artifacts)
+        if dropped:
+            # Fields the page leaves out are removed by PostgreSQL (as ``json``, not ``jsonb``: it keeps a text's
+            # \u0000 escapes), so this process never parses them.
+            params.append(list(dropped))
+            body = (
+                "(SELECT json_object_agg(key, value)::text FROM json_each(convert_from(p.body, 'UTF8')::json) "
+                f"WHERE key <> ALL(${len(params)}::text[]))"
+            )
         # The count and the page in one statement: one snapshot and one round trip. The LEFT JOIN keeps the count
         # row when the page is empty.
         sql = (
-            f"SELECT c.total, p.status_ts, p.id, p.body "
+            f"SELECT c.total, p.status_ts, p.id, {body} "
             f"FROM (SELECT count(*) AS total FROM {self._table} WHERE {' AND '.join(where)}) AS c "
             f"LEFT JOIN LATERAL (SELECT status_ts, id, body FROM {self._table} WHERE {' AND '.join(page_where)} "
-            f"ORDER BY status_ts DESC, id DESC LIMIT ${len(params)}) AS p ON true "
+            f"ORDER BY status_ts DESC, id DESC LIMIT ${limit}) AS p ON true "
             "ORDER BY p.status_ts DESC, p.id DESC"
         )
         return sql, params
@@ -308,11 +327,12 @@ class PostgresTaskStore(AttachedStore[Database]):
 
         return await self._db.run(job)
 
-    async def purge(self, before: datetime) -> int:
+    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
         limit = timestamp_us(before)
+        states = _INTERRUPTED if interrupted else _TERMINAL
 
         async def job(conn: Any) -> str:
-            return str(await conn.execute(self._sql_purge, _TERMINAL, limit))
+            return str(await conn.execute(self._sql_purge, states, limit))
 
         return rowcount(await self._db.run(job))
 

@@ -13,7 +13,14 @@ from datetime import datetime
 from relaykit._types import Task, TaskState
 from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord, failed_status
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends._paging import decode_token, encode_token, sort_key, timestamp_us
+from relaykit.backends._paging import (
+    decode_token,
+    dropped_fields,
+    encode_token,
+    listed_task,
+    sort_key,
+    timestamp_us,
+)
 from relaykit.backends.sqlite._db import Database, transaction
 
 __all__ = ["SQLiteTaskStore"]
@@ -21,6 +28,7 @@ __all__ = ["SQLiteTaskStore"]
 # States are stored as their proto names (the wire value), so the column reads the same as the JSON body.
 _ACTIVE = (TaskState.SUBMITTED.value, TaskState.WORKING.value)
 _TERMINAL = tuple(state.value for state in TaskState if state.is_terminal)
+_INTERRUPTED = (TaskState.INPUT_REQUIRED.value, TaskState.AUTH_REQUIRED.value)
 
 
 class SQLiteTaskStore(AttachedStore[Database]):
@@ -52,6 +60,9 @@ class SQLiteTaskStore(AttachedStore[Database]):
             "WHERE id = ?"
         )
         self._sql_purge = f"DELETE FROM {t} WHERE state IN ({', '.join('?' * len(_TERMINAL))}) AND status_ts < ?"
+        self._sql_purge_interrupted = (
+            f"DELETE FROM {t} WHERE state IN ({', '.join('?' * len(_INTERRUPTED))}) AND status_ts < ?"
+        )
         self._table = t
 
     @property
@@ -118,10 +129,15 @@ class SQLiteTaskStore(AttachedStore[Database]):
             page_where.append("(status_ts, id) < (?, ?)")
             page_params.extend(after)
         # One row more than the page tells whether a next page exists without a second query.
+        # Fields the page leaves out are removed by SQLite's JSON functions (C, in the database thread, GIL released)
+        # before the body reaches Python.
+        dropped = dropped_fields(query.history_length, query.include_artifacts)
+        body = f"json_remove(CAST(body AS TEXT), {', '.join('?' * len(dropped))})" if dropped else "body"
         page_sql = (
-            f"SELECT status_ts, id, body FROM {self._table} WHERE {' AND '.join(page_where)} "
+            f"SELECT status_ts, id, {body} FROM {self._table} WHERE {' AND '.join(page_where)} "
             "ORDER BY status_ts DESC, id DESC LIMIT ?"
         )
+        page_params[:0] = [f"$.{name}" for name in dropped]
         size = max(query.page_size, 0)
         page_params.append(size + 1)
 
@@ -136,7 +152,7 @@ class SQLiteTaskStore(AttachedStore[Database]):
             page = rows[:size]
             more = len(rows) > size
             return ListPage(
-                tasks=[Task.from_json(row[2]) for row in page],
+                tasks=[listed_task(row[2], query.history_length, query.include_artifacts) for row in page],
                 next_page_token=encode_token((int(page[-1][0]), str(page[-1][1]))) if more and page else "",
                 total_size=total,
             )
@@ -184,10 +200,11 @@ class SQLiteTaskStore(AttachedStore[Database]):
 
         return await self._db.run(job)
 
-    async def purge(self, before: datetime) -> int:
+    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
         limit = timestamp_us(before)
+        sql, states = (self._sql_purge_interrupted, _INTERRUPTED) if interrupted else (self._sql_purge, _TERMINAL)
 
         def job(conn: sqlite3.Connection) -> int:
-            return conn.execute(self._sql_purge, (*_TERMINAL, limit)).rowcount
+            return conn.execute(sql, (*states, limit)).rowcount
 
         return await self._db.run(job)

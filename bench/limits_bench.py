@@ -1,0 +1,123 @@
+"""What the hostile-load limits cost (issue 14): ``relaykit serve bench/echo.py`` with the limits on (the default)
+and off (``--max-connections 0 --quota-rate 0 --quota-executions 0 --quota-streams 0``), alternating (A B B A …),
+on 127.0.0.1. Per round and mode: blocking SendMessage at c=1 and c=16 (JSON-RPC, keep-alive), one 1,000-chunk and
+one 100,000-chunk stream (SendStreamingMessage, SSE read to the end). Prints medians with [min-max].
+
+    python bench/limits_bench.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+OFF = ["--max-connections", "0", "--quota-rate", "0", "--quota-executions", "0", "--quota-streams", "0"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def body(text: str) -> dict[str, object]:
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}
+    return {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+
+
+async def send_rate(url: str, clients: int, total: int) -> float:
+    async with httpx.AsyncClient(base_url=url, headers={"A2A-Version": "1.0"}, timeout=30) as http:
+        for _ in range(50):
+            await http.post("/", json=body("warm"))
+        per = total // clients
+
+        async def one() -> None:
+            for _ in range(per):
+                r = await http.post("/", json=body("hello"))
+                assert "result" in r.json(), r.text
+
+        t = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(clients)))
+        return per * clients / (time.perf_counter() - t)
+
+
+async def stream_seconds(url: str, chunks: int) -> float:
+    payload = body(f"stream {chunks}")
+    payload["method"] = "SendStreamingMessage"
+    async with httpx.AsyncClient(base_url=url, headers={"A2A-Version": "1.0"}, timeout=300) as http:
+        t = time.perf_counter()
+        last = b""
+        async with http.stream("POST", "/", json=payload) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    last = line.encode()
+        elapsed = time.perf_counter() - t
+    assert b"TASK_STATE_COMPLETED" in last, last[:200]
+    return elapsed
+
+
+def serve(extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    command = [sys.executable, "-m", "relaykit.cli", "serve", "bench/echo.py", "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--store", "memory", "--log-level", "warning", *extra]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("server did not start")
+
+
+async def measure(url: str) -> dict[str, float]:
+    return {
+        "SendMessage c=1 req/s": await send_rate(url, 1, 1000),
+        "SendMessage c=16 req/s": await send_rate(url, 16, 2000),
+        "1 stream x1,000: s": await stream_seconds(url, 1000),
+        "1 stream x100,000: s": await stream_seconds(url, 100_000),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    rounds = parser.parse_args().rounds
+    results: dict[str, dict[str, list[float]]] = {"on": {}, "off": {}}
+    modes: list[tuple[str, list[str]]] = [("on", []), ("off", OFF)]
+    for i in range(rounds):
+        for mode, extra in modes if i % 2 == 0 else modes[::-1]:  # A B B A …: neither mode always goes first
+            proc, url = serve(extra)
+            try:
+                for name, value in asyncio.run(measure(url)).items():
+                    results[mode].setdefault(name, []).append(value)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=10)
+    print("| metric | limits on | limits off | on/off |")
+    print("|---|---|---|---|")
+    for name in results["on"]:
+        on, off = results["on"][name], results["off"][name]
+        m_on, m_off = statistics.median(on), statistics.median(off)
+        shown = [f"{statistics.median(v):.3g} [{min(v):.3g}-{max(v):.3g}]" for v in (on, off)]
+        print(f"| {name} | {shown[0]} | {shown[1]} | {m_on / m_off:.2f} |")
+    print(json.dumps(results), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

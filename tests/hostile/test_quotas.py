@@ -1,0 +1,163 @@
+"""Per-principal quotas (issue 14, Build 2 and Must show "one greedy principal"): a greedy caller hits 429 with
+``Retry-After`` while other principals (and anonymous callers) are still served; 501st push config refused.
+
+Principals come from a tiny ASGI middleware that authenticates ``X-Test-User: NAME`` (what an auth middleware
+does: ``scope["user"]``), so the bindings and the handler run as in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from relaykit import agent
+from relaykit.http._app import create_app
+from relaykit.server._quotas import Quotas
+from relaykit.testing import StreamingASGITransport
+
+TIMEOUT = 20.0
+gate: dict[str, asyncio.Event] = {}  # one Event per test (an Event belongs to the loop it first waits on)
+
+
+@agent
+async def held(context: Any) -> str:
+    if context.text == "hold":
+        await asyncio.wait_for(gate["release"].wait(), TIMEOUT)
+    return str(context.text)
+
+
+class _User:
+    is_authenticated = True
+
+    def __init__(self, name: str) -> None:
+        self.identity = name
+
+
+def with_test_users(app: Any) -> Any:
+    async def middleware(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            for name, value in scope["headers"]:
+                if name == b"x-test-user":
+                    scope["user"] = _User(value.decode())
+        await app(scope, receive, send)
+
+    middleware.state = app.state  # type: ignore[attr-defined]  # InProcessClient-style start/stop below
+    return middleware
+
+
+@pytest.fixture
+async def app_factory() -> AsyncIterator[Any]:
+    apps: list[Any] = []
+    gate["release"] = asyncio.Event()
+
+    async def make(quotas: Quotas) -> httpx.AsyncClient:
+        app = create_app(held, store="memory", quotas=quotas, push_allow=("127.0.0.1",))
+        await app.state.relaykit.start()
+        apps.append(app)
+        transport = StreamingASGITransport(with_test_users(app))
+        return httpx.AsyncClient(transport=transport, base_url="http://t", headers={"A2A-Version": "1.0"}, timeout=20)
+
+    yield make
+    gate["release"].set()
+    for app in apps:
+        await app.state.relaykit.stop()
+
+
+def send_body(text: str, *, immediate: bool = True) -> dict[str, Any]:
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}]}
+    return {"message": message, "configuration": {"returnImmediately": immediate}}
+
+
+def as_user(name: str | None) -> dict[str, str]:
+    return {"X-Test-User": name} if name else {}
+
+
+async def test_greedy_principal_is_refused_and_others_are_served(app_factory: Any) -> None:
+    client = await app_factory(Quotas(executions=5))
+    async with client:
+        for _ in range(5):
+            r = await client.post("/message:send", json=send_body("hold"), headers=as_user("greedy"))
+            assert r.status_code == 200, r.text
+        r = await client.post("/message:send", json=send_body("hold"), headers=as_user("greedy"))
+        assert r.status_code == 429, r.text
+        assert r.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+        assert int(r.headers["retry-after"]) >= 1
+        assert "greedy" in r.json()["error"]["message"]
+        # JSON-RPC says the same in its own shape, with the same header.
+        rpc = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": send_body("hold")}
+        r = await client.post("/", json=rpc, headers=as_user("greedy"))
+        assert r.json()["error"]["code"] == -32000
+        assert r.json()["error"]["data"][0]["reason"] == "RESOURCE_EXHAUSTED"
+        assert r.headers["retry-after"]
+        # Another principal and anonymous callers are served meanwhile.
+        for user in ("polite", None):
+            r = await client.post("/message:send", json=send_body("hi", immediate=False), headers=as_user(user))
+            assert r.status_code == 200, r.text
+            assert r.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        # Once greedy's executions finish, it is served again.
+        gate["release"].set()
+        for _ in range(100):
+            r = await client.post("/message:send", json=send_body("hi", immediate=False), headers=as_user("greedy"))
+            if r.status_code == 200:
+                break
+            await asyncio.sleep(0.02)  # bounded poll of the executions ending
+        assert r.status_code == 200, r.text
+
+
+async def test_request_rate_is_a_token_bucket_per_principal(app_factory: Any) -> None:
+    client = await app_factory(Quotas(rate=1.0, burst=5))
+    async with client:
+        codes = [(await client.get("/tasks", headers=as_user("fast"))).status_code for _ in range(6)]
+        assert codes == [200] * 5 + [429]
+        r = await client.get("/tasks", headers=as_user("fast"))
+        assert r.status_code == 429
+        assert r.headers["retry-after"] == "1"
+        assert (await client.get("/tasks", headers=as_user("other"))).status_code == 200
+        assert (await client.get("/tasks")).status_code == 200  # anonymous: exempt
+
+
+async def test_open_streams_per_principal(app_factory: Any) -> None:
+    client = await app_factory(Quotas(streams=2))
+    async with client:
+        streams = []
+        for _ in range(2):
+            cm = client.stream("POST", "/message:stream", json=send_body("hold"), headers=as_user("streamer"))
+            response = await cm.__aenter__()
+            assert response.status_code == 200
+            streams.append(cm)
+        r = await client.post("/message:stream", json=send_body("hold"), headers=as_user("streamer"))
+        assert r.status_code == 429, r.text
+        assert r.headers["retry-after"]
+        r = await client.post("/message:stream", json=send_body("hi"), headers=as_user("someone-else"))
+        assert r.status_code == 200
+        gate["release"].set()
+        for cm in streams:
+            await cm.__aexit__(None, None, None)
+
+
+async def test_501st_push_config_is_refused(app_factory: Any) -> None:
+    client = await app_factory(Quotas())
+    async with client:
+        r = await client.post("/message:send", json=send_body("hi", immediate=False))
+        task_id = r.json()["task"]["id"]
+        for i in range(500):
+            r = await client.post(
+                f"/tasks/{task_id}/pushNotificationConfigs",
+                json={"url": f"http://127.0.0.1:9/hook/{i}", "id": f"c{i}"},
+            )
+            assert r.status_code == 200, r.text
+        r = await client.post(
+            f"/tasks/{task_id}/pushNotificationConfigs", json={"url": "http://127.0.0.1:9/hook/x", "id": "c500"}
+        )
+        assert r.status_code == 429, r.text
+        assert "500 push notification configs" in r.json()["error"]["message"]
+        # Replacing an existing config is still allowed.
+        r = await client.post(
+            f"/tasks/{task_id}/pushNotificationConfigs", json={"url": "http://127.0.0.1:9/hook/y", "id": "c7"}
+        )
+        assert r.status_code == 200, r.text
