@@ -1,7 +1,8 @@
 """Card signatures verified both ways against @a2a-js/sdk 1.3.0 (Node), on the same cards as the a2a-sdk tests.
 
-Needs ``node`` and a directory holding ``node_modules/@a2a-js/sdk`` (``npm install @a2a-js/sdk@1.3.0`` there), named by
-``A2A_JS_SDK_DIR`` (default ``/tmp/jssdk``); skipped otherwise.
+Needs ``node``; the SDK is installed from npm once and cached (``tests/support/jssdk.py``; ``A2A_JS_SDK_DIR`` names a
+ready directory instead). Without node or the registry the tests skip with the reason, except under ``CI=true``,
+where they fail.
 
 a2a-js #663 reports that the JS SDK leaves ``securitySchemes`` out of its payload. Measured against @a2a-js/sdk 1.3.0
 (``canonicalizeAgentCard``), it keeps them, and drops every empty value as a2a-sdk does (an ``mtlsSecurityScheme`` is
@@ -23,21 +24,31 @@ import pytest
 from auth.conftest import public_pem
 from auth.test_card_signing import CARDS
 from cryptography.hazmat.primitives.asymmetric import ec
+from support.jssdk import JsSdkUnavailable, js_sdk_dir
+from support.sdk03 import in_ci
 
 from relaykit.client import parse_card, sign_card, verify_card
 from relaykit.errors import A2AInvalidCardError
 
-SDK_DIR = Path(os.environ.get("A2A_JS_SDK_DIR", "/tmp/jssdk"))
 SCRIPT = Path(__file__).parent / "js" / "card_signature.cjs"
 NODE = shutil.which("node")
 
-pytestmark = [
-    pytest.mark.interop,
-    pytest.mark.skipif(
-        NODE is None or not (SDK_DIR / "node_modules" / "@a2a-js" / "sdk").is_dir(),
-        reason=f"needs node and @a2a-js/sdk in {SDK_DIR} (npm install @a2a-js/sdk@1.3.0)",
-    ),
-]
+pytestmark = [pytest.mark.interop, pytest.mark.usefixtures("js_sdk")]
+
+_sdk: list[Path] = []
+
+
+@pytest.fixture(scope="module")
+def js_sdk() -> Path:
+    """The @a2a-js/sdk directory (made and cached on first use); skipped locally, failed under CI, when unavailable."""
+    if not _sdk:
+        try:
+            _sdk.append(js_sdk_dir())
+        except JsSdkUnavailable as exc:
+            if in_ci():
+                pytest.fail(f"CI=true: @a2a-js/sdk 1.3.0 is needed: {exc}", pytrace=False)
+            pytest.skip(f"@a2a-js/sdk 1.3.0 unavailable: {exc}")
+    return _sdk[0]
 
 
 def _node(mode: str, payload: dict[str, Any]) -> subprocess.CompletedProcess[str]:
@@ -48,7 +59,7 @@ def _node(mode: str, payload: dict[str, Any]) -> subprocess.CompletedProcess[str
         capture_output=True,
         text=True,
         timeout=30,
-        env={**os.environ, "A2A_JS_SDK_DIR": str(SDK_DIR)},
+        env={**os.environ, "A2A_JS_SDK_DIR": str(_sdk[0])},
         check=False,
     )
 
