@@ -18,7 +18,14 @@ from typing import Any
 
 from relaykit.cli._fail import CliError
 
-__all__ = ["add_security_options", "grpc_credentials", "security_kwargs", "uvicorn_tls"]
+__all__ = [
+    "SERVING_ONLY",
+    "add_push_secrets_option",
+    "add_security_options",
+    "grpc_credentials",
+    "security_kwargs",
+    "uvicorn_tls",
+]
 
 
 def add_security_options(p: argparse.ArgumentParser) -> None:
@@ -37,7 +44,28 @@ def add_security_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ssl-certfile", metavar="FILE", help="TLS certificate (PEM) for the HTTP and gRPC ports")
     g.add_argument("--ssl-keyfile", metavar="FILE", help="TLS private key (PEM)")
     g.add_argument("--ssl-ca-certs", metavar="FILE", help="require client certificates signed by this CA (mTLS)")
-    g.add_argument(
+    add_push_secrets_option(g)
+
+
+# The options above that only a serving process reads; ``relaykit worker`` (no binding) sets them to None.
+SERVING_ONLY = (
+    "auth_jwks",
+    "auth_oidc",
+    "auth_issuer",
+    "auth_audience",
+    "api_keys",
+    "extended_card",
+    "card_key",
+    "card_kid",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_ca_certs",
+)
+
+
+def add_push_secrets_option(p: Any) -> None:
+    """``--push-secrets-key``: serve and worker (a worker delivers push notifications, so it must read them)."""
+    p.add_argument(
         "--push-secrets-key",
         metavar="FILE",
         help="encrypt push credentials at rest with the Fernet key(s) in FILE, one a line, the first sealing "

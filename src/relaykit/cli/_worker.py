@@ -12,6 +12,7 @@ import os
 import signal
 
 from relaykit.cli._fail import CliError, describe
+from relaykit.cli._security import SERVING_ONLY, add_push_secrets_option
 from relaykit.cli._serve import (
     _add_push_options,
     add_cluster_options,
@@ -34,6 +35,7 @@ def add_worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--push", action=argparse.BooleanOptionalAction, default=True, help="push notifications")
     p.add_argument("--push-allow", action="append", default=[], metavar="HOST_OR_CIDR")
     _add_push_options(p)
+    add_push_secrets_option(p)
     p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
     add_cluster_options(p)
@@ -59,6 +61,7 @@ def run_worker(args: argparse.Namespace) -> int:
         "retention": None,
         "access_log": False,
         "worker": True,
+        **dict.fromkeys(SERVING_ONLY),
     }.items():
         setattr(args, name, value)
     server = build_server(args)

@@ -11,7 +11,9 @@ Invariants:
 * a stream of N chunks costs O(N): a chunk checkpoint (which re-encodes and rewrites the whole task) waits, beyond
   the chunk-count / interval trigger, until the chunks since the last write add at least 1/``_GROWTH`` of the
   stored body's size, so the bytes re-encoded over a stream are a geometric series bounded by ``_GROWTH`` times its
-  final size (plus one write per ``_MAX_CHECKPOINT_DELAY``, which bounds how late a chunk reaches the store).
+  final size (plus one write per ``_MAX_CHECKPOINT_DELAY``, which bounds how late a chunk reaches the store); a task
+  of at most ``_CHEAP_REWRITE`` bytes is also written on the interval trigger alone, so the chunks a client saw are
+  stored within ``checkpoint_seconds`` (a resume after a crash relies on it) at one small rewrite per interval.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ log = logging.getLogger("relaykit.engine")
 _YIELD_INTERVAL = 0.010
 _GROWTH = 4  # a chunk checkpoint rewrites the task once the chunks since the last write add 1/4 of its size
 _MAX_CHECKPOINT_DELAY = 10.0  # seconds: chunks reach the store at least this often, however big the task
+_CHEAP_REWRITE = 1 << 20  # bytes: a stored task up to this size is rewritten on the interval trigger alone
 _PART_OVERHEAD = 16  # JSON framing of one part: '{"text":""},'
 
 
@@ -142,12 +145,20 @@ class Recorder:
             active.chunk_bytes_since_flush += size
             now = time.monotonic()
             since = now - active.last_flush
-            flush = (active.chunks_since_flush >= self.checkpoint_chunks or since >= self.checkpoint_seconds) and (
-                active.record is None
-                or active.record.body is None
-                or active.chunk_bytes_since_flush * _GROWTH >= len(active.record.body)
-                or since >= _MAX_CHECKPOINT_DELAY
-            )
+            timed = since >= self.checkpoint_seconds
+            if active.chunks_since_flush >= self.checkpoint_chunks or timed:
+                stored = 0 if active.record is None or active.record.body is None else len(active.record.body)
+                flush = (
+                    stored == 0
+                    or active.chunk_bytes_since_flush * _GROWTH >= stored
+                    or since >= _MAX_CHECKPOINT_DELAY
+                    # The interval trigger alone for a task still cheap to rewrite: the chunks a client has seen
+                    # reach the store within checkpoint_seconds (what a resume after a crash relies on), at a cost
+                    # bounded by one small rewrite per interval.
+                    or (timed and stored <= _CHEAP_REWRITE)
+                )
+            else:
+                flush = False
             await self._emit(active, event, None, persist=flush)
         elif isinstance(event, TaskStatusUpdateEvent):
             if event.context_id != active.context_id:
