@@ -113,6 +113,25 @@ async def test_a_retry_across_a_restart_runs_the_agent_once(kind: str, request: 
     assert continued_again["task"]["history"] == continued["task"]["history"]
 
 
+async def test_a_zero_window_turns_idempotency_off_even_within_a_task() -> None:
+    """``idempotency_window=0``: a reused messageId is a new message, as a first send and as a follow-up on the task
+    that already holds it in its history (the A2A conformance kit reuses one messageId per scenario)."""
+    agent = AskingAgent()
+    agent.gate.set()
+    body = message("hello")
+    message_id = body["message"]["messageId"]
+    async with serving(create_app(agent, store="memory", idempotency_window=0)) as base, httpx.AsyncClient() as http:
+        first = await send(http, base, body)
+        second = await send(http, base, body)
+        task_id = first["task"]["id"]
+        follow_up = await send(http, base, message("more", message_id=message_id, task_id=task_id))
+    assert second["task"]["id"] != task_id
+    assert second["task"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert follow_up["task"]["id"] == task_id
+    assert follow_up["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert agent.runs[message_id] == 3
+
+
 class AskingAgent(CountingAgent):
     """Asks for more on "hello" (the task waits, INPUT_REQUIRED), completes on anything else."""
 

@@ -68,6 +68,27 @@ async def test_dual_stack_serves_both_on_jsonrpc(dual_server: ServerProcess) -> 
         assert new.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
+async def test_dual_stack_card_is_plain_1_0_for_a_1_0_client(dual_server: ServerProcess) -> None:
+    """A card request without A2A-Version is a 0.3 client's (hybrid card); one stating 1.0 gets the 1.0 card alone,
+    which a strict 1.0 schema (no unknown members) accepts; both list every interface, and caches key on the header."""
+    async with httpx.AsyncClient(base_url=dual_server.url, timeout=STEP) as http:
+        hybrid = await http.get("/.well-known/agent-card.json")
+        plain = await http.get("/.well-known/agent-card.json", headers={"A2A-Version": "1.0"})
+        again = await http.get(
+            "/.well-known/agent-card.json", headers={"A2A-Version": "1.0", "If-None-Match": plain.headers["etag"]}
+        )
+    assert plain.status_code == 200
+    card = plain.json()
+    for member in ("protocolVersion", "url", "preferredTransport", "additionalInterfaces"):
+        assert member not in card
+        assert member in hybrid.json()
+    assert card["supportedInterfaces"] == hybrid.json()["supportedInterfaces"]
+    assert {i["protocolVersion"] for i in card["supportedInterfaces"]} == {"1.0", "0.3"}
+    assert plain.headers["vary"] == hybrid.headers["vary"] == "A2A-Version"
+    assert plain.headers["etag"] != hybrid.headers["etag"]
+    assert again.status_code == 304
+
+
 def _client(server: ServerProcess, binding: str, version: str) -> Client:
     """relaykit's client pinned to one interface of the dual-stack card (1.0, or 0.3 through the codec)."""
     url = {"JSONRPC": server.url + "/", "HTTP+JSON": server.url, "GRPC": server.grpc_address}[binding]

@@ -130,7 +130,7 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
         "--idempotency-window",
         type=parse_duration,
         default=600.0,
-        help="with --bus redis://: a repeated messageId within this window gets the original result (default 10m)",
+        help="a repeated messageId within this window gets the original result (default 10m; 0 turns it off)",
     )
 
 

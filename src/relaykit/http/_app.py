@@ -76,13 +76,16 @@ def request_base(scope: Scope) -> str:
 
 
 class _RenderedCard:
-    """One card, encoded once, with its validators."""
+    """One card, encoded once, with its validators: ``body`` as served to a 0.3 client (or one that does not say),
+    ``v10`` as served to a request that carries ``A2A-Version: 1.x``."""
 
-    __slots__ = ("body", "etag", "headers")
+    __slots__ = ("body", "etag", "headers", "v10")
 
-    def __init__(self, card: AgentCard, max_age: int) -> None:
-        # The 1.0 card, with the 0.3 members merged in when it lists a 0.3 interface (relaykit._v03._card).
-        self.body = card_json(card)
+    def __init__(self, card: AgentCard, max_age: int, body: bytes | None = None) -> None:
+        # The 1.0 card, with the 0.3 members merged in when it lists a 0.3 interface (relaykit._v03._card). A
+        # request without A2A-Version is a 0.3 client's (spec §3.6.2), which needs them; a 1.0 client, which
+        # sends its version, gets the plain 1.0 card (a strict 1.0 schema rejects the 0.3 members).
+        self.body = card_json(card) if body is None else body
         self.etag = b'"' + hashlib.sha256(self.body).hexdigest()[:32].encode() + b'"'
         self.headers = [
             (b"etag", self.etag),
@@ -90,6 +93,18 @@ class _RenderedCard:
             (b"last-modified", formatdate(usegmt=True).encode()),
             (b"access-control-allow-origin", b"*"),
         ]
+        plain = card.to_json() if body is None else self.body
+        self.v10 = self
+        if plain != self.body:
+            self.headers.append((b"vary", b"A2A-Version"))
+            self.v10 = _RenderedCard(card, max_age, plain)
+            self.v10.headers.append((b"vary", b"A2A-Version"))
+
+
+def _speaks_v1(scope: Scope) -> bool:
+    """Whether the request states an A2A version of 1.0 or later."""
+    major = (header(scope, b"a2a-version") or b"").split(b".", 1)[0].strip()
+    return major.isdigit() and int(major) >= 1
 
 
 class _CardEndpoint:
@@ -140,6 +155,8 @@ class _CardEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         rendered = self.fixed if self.fixed is not None else self._for_base(request_base(scope))
+        if _speaks_v1(scope):
+            rendered = rendered.v10
         match = header(scope, b"if-none-match")
         if match is not None and rendered.etag in {m.strip() for m in match.split(b",")}:
             await send({"type": "http.response.start", "status": 304, "headers": rendered.headers})

@@ -132,8 +132,14 @@ class Runner(Cancellation):
                 if active is None:
                     active = ActiveTask(record.task.id, record.task.context_id, tenant, owner, record)
             task = active.task
-            if task is not None and any(m.message_id == message.message_id for m in task.history):
-                # Already in the task (admitted before a restart, or before the window's memory was full).
+            if (
+                self.recent.window > 0
+                and task is not None
+                and any(m.message_id == message.message_id for m in task.history)
+            ):
+                # Already in the task (admitted before a restart, or before the window's memory was full). A window
+                # of 0 turns idempotency off altogether: then a reused messageId is a new message (as the A2A
+                # conformance kit sends them), here as in ``recent``.
                 return Seen(task.id, task.context_id)
             accept_continuation(message, active.task_id, active.context_id, task)
         else:
