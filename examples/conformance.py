@@ -4,12 +4,12 @@ requirements, keyed by messageId prefix).
 Behaviour is chosen by the incoming message's ``messageId`` prefix (the kit appends a per-run suffix), longest
 prefix first. A follow-up on an existing task carries its own messageId and is dispatched the same way.
 
-    relaykit serve examples/conformance.py --port 9995 --store memory --push-allow 127.0.0.1 --push-allow ::1 \
-        --idempotency-window 0
+    relaykit serve examples/conformance.py --port 9995 --store memory --push-allow 127.0.0.1 --push-allow ::1
 
-``--idempotency-window 0``: the kit reuses one messageId per scenario (``tck-input-required-<run>`` for every
-input-required task it creates, and for follow-ups on them), which relaykit would otherwise take as retries of the
-first (the spec lets a server dedupe sends on messageId, which it calls the message's unique identifier).
+The agent turns messageId de-duplication off for itself (``idempotency_window = 0``): the kit reuses one messageId
+per scenario (``tck-input-required-<run>`` for every input-required task it creates, and for follow-ups on them),
+which relaykit would otherwise take as retries of the first (the spec lets a server dedupe sends on messageId, which
+it calls the message's unique identifier).
 """
 
 import asyncio
@@ -107,6 +107,9 @@ _PREFIXES = sorted(_BEHAVIOURS, key=len, reverse=True)
 
 class ConformanceAgent(AgentExecutor):
     """The A2A TCK's system-under-test agent."""
+
+    # The kit sends different messages under one messageId: none of them is a retry of another.
+    idempotency_window = 0
 
     async def execute(self, context: RequestContext, queue: EventQueue) -> None:
         message_id = context.message.message_id if context.message is not None else ""

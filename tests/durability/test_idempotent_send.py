@@ -162,3 +162,20 @@ class Arrivals:
 async def _stream(http: httpx.AsyncClient, base: str, body: dict[str, Any]) -> list[Sse]:
     async with open_stream(http, base, body) as streaming:
         return await streaming.rest()  # type: ignore[no-any-return]
+
+
+async def test_an_agent_can_turn_idempotency_off_for_itself() -> None:
+    """``AgentExecutor.idempotency_window = 0`` wins over the server's default window: the conformance example runs
+    with the documented command line and still sees a reused messageId as a new message."""
+
+    class Reusing(AskingAgent):
+        idempotency_window = 0
+
+    agent = Reusing()
+    agent.gate.set()
+    body = message("hello")
+    async with serving(create_app(agent, store="memory")) as base, httpx.AsyncClient() as http:
+        first = await send(http, base, body)
+        second = await send(http, base, body)
+    assert second["task"]["id"] != first["task"]["id"]
+    assert agent.runs[body["message"]["messageId"]] == 2

@@ -258,6 +258,9 @@ def assemble(
     from relaykit.adapters._detect import as_executor
 
     executor = as_executor(executor, store=task_store)
+    if executor.idempotency_window is not None:
+        # The agent knows its callers (e.g. the conformance kit reuses messageIds): its own window wins.
+        idempotency_window = executor.idempotency_window
     if push_store is None:
         push_store = open_push_store(store, task_store) if isinstance(store, str) else open_push_store("memory")
     if push_secrets_key is not None:

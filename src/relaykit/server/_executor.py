@@ -33,6 +33,11 @@ class AgentExecutor(abc.ABC):
     idempotent: ClassVar[bool] = False
     """True if running ``execute`` again for the same message is safe (scale-out re-runs lost work)."""
 
+    idempotency_window: ClassVar[float | None] = None
+    """Seconds a repeated messageId gets the original result instead of a new run, for this agent; None: the
+    server's ``idempotency_window`` (``--idempotency-window``, default 10 minutes); 0: off, for an agent whose
+    clients reuse messageIds for different messages (the A2A conformance kit does)."""
+
     @abc.abstractmethod
     async def execute(self, context: RequestContext, queue: EventQueue) -> None:
         """Handle one message: publish one Message, or a Task and its updates; return when done or interrupted."""
