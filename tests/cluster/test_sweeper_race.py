@@ -8,7 +8,7 @@ next write is refused (``ConflictError``), its caller gets "the server could not
 left to be failed or restarted by a later sweep.
 
 This test plays that interleaving in one process (one replica in-process on the test PostgreSQL and Redis): a task is
-running here, and the sweep step for it (``_claim`` then ``_recover``, exactly what ``Cluster._sweep_loop`` does for a
+running here, and the sweep step for it (``_claim`` then ``take_over``, exactly what ``Cluster._sweep_loop`` does for a
 listed orphan) comes after. The execution must still complete.
 """
 
@@ -25,6 +25,7 @@ from cluster.agents import paced
 from relaykit._types import Message, Part, Role, SendMessageConfiguration, SendMessageRequest, Task, TaskState
 from relaykit.http import create_app
 from relaykit.server import CallContext
+from relaykit.server._takeover import take_over
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(60)]
 
@@ -71,7 +72,7 @@ async def test_sweep_of_a_task_this_process_runs_leaves_the_execution_alone(repl
     # The sweep step for a listed orphan that this process's consumer has meanwhile claimed and started.
     claim = await cluster._claim(task_id, "", "anonymous")
     if claim is not None:
-        await cluster._recover(claim)
+        await take_over(cluster, claim)
 
     deadline = time.monotonic() + WAIT
     while True:

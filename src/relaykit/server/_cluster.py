@@ -46,16 +46,14 @@ from relaykit._errors import (
 )
 from relaykit._state import TERMINAL
 from relaykit._types import (
-    Message,
-    Role,
     SendMessageRequest,
-    Task,
     TaskState,
 )
 from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends.redis import RedisWorkQueue, WorkItem
 from relaykit.server._context import CallContext
-from relaykit.server._front import Front, decode_call, queued, requeued
+from relaykit.server._front import Front, decode_call, queued
+from relaykit.server._takeover import ACTIVE, take_over
 
 if TYPE_CHECKING:
     from relaykit.backends.redis import RedisEventBus
@@ -65,8 +63,6 @@ if TYPE_CHECKING:
 __all__ = ["Cluster"]
 
 log = logging.getLogger("relaykit.cluster")
-
-_ACTIVE = (TaskState.SUBMITTED, TaskState.WORKING)
 
 
 def default_worker_id() -> str:
@@ -81,13 +77,6 @@ async def _stop(tasks: list[asyncio.Task[None]]) -> None:
         task.cancel()
     if tasks:
         await asyncio.wait(tasks, timeout=2.0)
-
-
-def _last_user_message(task: Task) -> Message | None:
-    for message in reversed(task.history):
-        if message.role is Role.USER:
-            return message
-    return None
 
 
 class Cluster(Front):
@@ -250,7 +239,7 @@ class Cluster(Front):
                 # finishing: the next message waits for its end (one execution at a time); a claim now would fence
                 # it off.
                 return None
-            # ``request``: the queue entry being taken, stored with the claim (one statement) for ``_recover``.
+            # ``request``: the queue entry being taken, stored with the claim (one statement) for ``take_over``.
             claim: Claim | None = await self.store.claim(task_id, self.id, tenant=tenant, owner=owner, request=request)
             if claim is not None:
                 self._generation += 1
@@ -267,7 +256,7 @@ class Cluster(Front):
             claim = await self._claim(task_id, tenant, owner, reuse=False)
             del self._owed[task_id]
             if claim is not None:
-                await self._recover(claim)
+                await take_over(self, claim)
 
     async def _release(self, task_id: str, scope: tuple[str, str] | None = None) -> None:
         generation = self.held.get(task_id)
@@ -300,7 +289,7 @@ class Cluster(Front):
                 # Not claimed here (a cancel signal that arrived as the execution ended): a plain write, fenced by
                 # its version like any other.
                 await self.store.save(record)
-            elif record.task.status.state in _ACTIVE or (
+            elif record.task.status.state in ACTIVE or (
                 registered is not None and (registered is not active or bool(registered.requests))
             ):
                 # Held, or taken back by an execution that goes on after its outcome released it: the version
@@ -357,7 +346,7 @@ class Cluster(Front):
                         continue
                     claim = await self._claim(orphan.task_id, orphan.tenant, orphan.owner, reuse=False)
                     if claim is not None:
-                        await self._recover(claim)
+                        await take_over(self, claim)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -432,9 +421,9 @@ class Cluster(Front):
                 return None  # the accepting replica gave the task up (it could not enqueue)
             task = claim.record.task
             local = task.id in self.engine.registry
-            if claim.previous not in (None, self.id) and task.status.state in _ACTIVE and not local:
+            if claim.previous not in (None, self.id) and task.status.state in ACTIVE and not local:
                 # Its runner was lost: recover the task first, then look at this message again.
-                await self._recover(claim)
+                await take_over(self, claim)
                 if item.fresh:
                     return None
                 continue
@@ -476,50 +465,3 @@ class Cluster(Front):
             await self.bus.publish_error(task_id, message_id, error)
         except Exception as exc:
             log.warning("task %s: could not report an execution error to its caller: %s", task_id, exc)
-
-    def _count(self, name: str) -> None:
-        tel = self.engine.telemetry
-        if tel is not None and tel.metrics is not None:
-            tel.metrics.add(name)
-
-    async def _recover(self, claim: Claim) -> None:
-        """A task this worker just claimed from a dead (or no) runner: start, re-run or fail it."""
-        record = claim.record
-        task = record.task
-        if task.status.state not in _ACTIVE or task.id in self.engine.registry:
-            await self._release(task.id)
-            return
-        if claim.previous is not None:
-            self._count("a2a.queue.lease_takeovers")
-        message = _last_user_message(task)
-        unstarted = task.status.state is TaskState.SUBMITTED and len(task.history) == 1
-        if message is not None and ((unstarted and claim.previous is None) or self.engine.executor.idempotent):
-            # The message as it was queued (configuration, metadata, extensions, forwarded headers), when stored.
-            item = requeued(record, fresh=unstarted)
-            if item is not None:
-                request = SendMessageRequest.model_validate_json(item.request)
-                call = decode_call(item.call)
-            else:
-                request = SendMessageRequest(tenant=record.tenant, message=message)
-                call = CallContext(user=record.owner, tenant=record.tenant)
-            log.warning(
-                "task %s: %s",
-                task.id,
-                "starting (its queue entry was lost)"
-                if claim.previous is None
-                else f"re-running after worker {claim.previous} was lost",
-            )
-            try:
-                self.engine.admit_claimed(request, call, record, fresh=unstarted, rerun=not unstarted)
-                return
-            except (ResourceExhaustedError, ServiceUnavailableError) as exc:
-                # This worker is full or stopping: leave the task to the next sweep (here or elsewhere).
-                log.info("task %s: not taken over now: %s", task.id, exc)
-                await self._release(task.id)
-                return
-        log.warning("task %s: worker %s was lost; marking it FAILED", task.id, claim.previous)
-        self._count("a2a.queue.worker_lost")
-        try:
-            await self.engine.fail_lost(record, "worker lost")
-        finally:
-            await self._release(task.id)
