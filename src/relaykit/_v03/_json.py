@@ -22,6 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic_core
+
+from relaykit._model import A2AModel, Encoded
+
 __all__ = [
     "STATE_IN",
     "STATE_OUT",
@@ -196,9 +200,19 @@ def send_params_out(request: Json) -> Json:
 # --- 0.3 ⇒ 1.0 ---------------------------------------------------------------------------------------------
 
 
-def _obj(value: Any) -> Json:
+def as_object(value: Any) -> Json:
+    """``value`` if it is a JSON object, else ``{}``."""
     # Anything but an object is left for the 1.0 validator to reject with a field-level message.
     return value if isinstance(value, dict) else {}
+
+
+def as_dict(result: Any) -> Any:
+    """A handler result (encoded bytes, a model, or plain data) as JSON data, for the 0.3 encoders (RPC and REST)."""
+    if isinstance(result, Encoded):
+        return pydantic_core.from_json(result.data)
+    if isinstance(result, A2AModel):
+        return result.to_dict()
+    return result
 
 
 def part_in(part: Any) -> Any:
@@ -210,7 +224,7 @@ def part_in(part: Any) -> Any:
     if kind == "text":
         out = {"text": part.get("text")}
     elif kind == "file":
-        file = _obj(part.get("file"))
+        file = as_object(part.get("file"))
         out = {"raw": file["bytes"]} if "bytes" in file else {"url": file.get("uri")}
         if file.get("mimeType"):
             out["mediaType"] = file["mimeType"]
@@ -278,7 +292,7 @@ def task_in(task: Any) -> Any:
 
 def event_in(event: Any) -> Json:
     """A 0.3 stream/send result (Task, Message or an update event, by ``kind``) as a 1.0 StreamResponse dict."""
-    data = _obj(event)
+    data = as_object(event)
     kind = data.get("kind")
     if kind == "status-update" or (kind is None and "final" in data):
         out = dict(data)
@@ -298,8 +312,8 @@ def event_in(event: Any) -> Json:
 
 def config_in(config: Any, task_id: str = "") -> Json:
     """A 0.3 TaskPushNotificationConfig (or a bare PushNotificationConfig with ``task_id``) as the 1.0 one."""
-    data = _obj(config)
-    inner = _obj(data.get("pushNotificationConfig")) if "pushNotificationConfig" in data else data
+    data = as_object(config)
+    inner = as_object(data.get("pushNotificationConfig")) if "pushNotificationConfig" in data else data
     task_id = data.get("taskId", task_id) if "pushNotificationConfig" in data else task_id
     out: Json = {"taskId": task_id, "url": inner.get("url")}
     out["id"] = inner.get("id") or task_id

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relaykit._v03._json import FINAL_STATES, history_in
+from relaykit._v03._json import FINAL_STATES, as_object, history_in
 
 __all__ = [
     "config_in",
@@ -137,17 +137,13 @@ def send_request_out(request: Json) -> Json:
 # --- 0.3 ⇒ 1.0 ---------------------------------------------------------------------------------------------
 
 
-def _obj(value: Any) -> Json:
-    return value if isinstance(value, dict) else {}
-
-
 def part_in(part: Any) -> Any:
     if not isinstance(part, dict):
         return part
     if "text" in part:
         return {"text": part["text"]}
     if "file" in part:
-        file = _obj(part["file"])
+        file = as_object(part["file"])
         raw = _get(file, "fileWithBytes", "file_with_bytes")
         out: Json = {"raw": raw} if raw is not None else {"url": _get(file, "fileWithUri", "file_with_uri")}
         mime = _get(file, "mimeType", "mime_type")
@@ -155,7 +151,7 @@ def part_in(part: Any) -> Any:
             out["mediaType"] = mime
         return out
     if "data" in part:
-        return {"data": _obj(part["data"]).get("data", {})}
+        return {"data": as_object(part["data"]).get("data", {})}
     return {}
 
 
@@ -210,12 +206,12 @@ def stream_in(response: Json) -> Json:
     """A 0.3 StreamResponse / SendMessageResponse dict as the 1.0 one."""
     update = _get(response, "statusUpdate", "status_update")
     if update is not None:
-        event = {k: v for k, v in _obj(update).items() if k != "final"}
+        event = {k: v for k, v in as_object(update).items() if k != "final"}
         event["status"] = _status_in(event.get("status"))
         return {"statusUpdate": event}
     update = _get(response, "artifactUpdate", "artifact_update")
     if update is not None:
-        event = dict(_obj(update))
+        event = dict(as_object(update))
         event["artifact"] = _artifact_in(event.get("artifact"))
         return {"artifactUpdate": event}
     message = _get(response, "message", "msg")
@@ -233,9 +229,9 @@ def resource_id(name: Any, collection: str = "tasks") -> str:
 
 def config_in(config: Any, task_id: str = "", config_id: str = "") -> Json:
     """A 0.3 TaskPushNotificationConfig resource (or bare PushNotificationConfig) as the 1.0 config."""
-    data = _obj(config)
+    data = as_object(config)
     inner = (
-        _obj(_get(data, "pushNotificationConfig", "push_notification_config"))
+        as_object(_get(data, "pushNotificationConfig", "push_notification_config"))
         if "name" in data or ("pushNotificationConfig" in data or "push_notification_config" in data)
         else data
     )

@@ -31,10 +31,10 @@ from relaykit._errors import (
     error_from_jsonrpc,
 )
 from relaykit._methods import OPERATIONS_BY_NAME, Operation
-from relaykit._model import A2AModel, Encoded
+from relaykit._model import A2AModel
 from relaykit._v03 import _pjson as pj
 from relaykit._v03._card import card_in, card_json
-from relaykit._v03._json import history_in
+from relaykit._v03._json import as_dict, history_in
 
 __all__ = [
     "ROUTES",
@@ -119,19 +119,11 @@ ROUTES: tuple[Route03, ...] = (
 )
 
 
-def _as_dict(result: Any) -> Any:
-    if isinstance(result, Encoded):
-        return pydantic_core.from_json(result.data)
-    if isinstance(result, A2AModel):
-        return result.to_dict()
-    return result
-
-
 def encode_result(op: str, result: Any) -> bytes:
     """The 0.3 ProtoJSON body for a handler result of operation ``op``."""
     if op == "GetExtendedAgentCard" and isinstance(result, AgentCard):
         return card_json(result)
-    data = _as_dict(result)
+    data = as_dict(result)
     out: Any
     if op == "SendMessage":
         out = pj.stream_out(data)

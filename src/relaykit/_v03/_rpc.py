@@ -22,7 +22,7 @@ import pydantic_core
 from relaykit._card import AgentCard
 from relaykit._errors import InvalidAgentResponseError, MethodNotFoundError
 from relaykit._methods import OPERATIONS_BY_NAME, Operation
-from relaykit._model import A2AModel, Encoded
+from relaykit._model import A2AModel
 from relaykit._types import StreamResponse
 from relaykit._v03 import _json as j
 from relaykit._v03._card import card_in, card_json
@@ -104,19 +104,11 @@ def decode_request(method: str, params: Json) -> tuple[Operation, Json]:
     return OPERATIONS_BY_NAME[name], translate(params)
 
 
-def _as_dict(result: Any) -> Any:
-    if isinstance(result, Encoded):
-        return pydantic_core.from_json(result.data)
-    if isinstance(result, A2AModel):
-        return result.to_dict()
-    return result
-
-
 def encode_result(op: str, result: Any) -> bytes:
     """The 0.3 JSON-RPC ``result`` for a handler result of operation ``op``."""
     if op == "GetExtendedAgentCard" and isinstance(result, AgentCard):
         return card_json(result)
-    data = _as_dict(result)
+    data = j.as_dict(result)
     out: Any
     if op == "SendMessage":
         out = j.event_out(data)
