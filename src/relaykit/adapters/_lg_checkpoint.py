@@ -12,18 +12,23 @@ Invariants:
   turn's run ends well (completed or interrupted); a failed or cancelled run leaves the stored thread as it was.
   Outside a turn every write is stored at once;
 * values are encoded with the saver's ``serde`` (LangGraph's JsonPlus serializer, msgpack), the thread as JSON with
-  base64 bytes. Only the async methods are implemented (the adapter runs graphs with ``astream``).
+  base64 bytes;
+* the synchronous methods (``graph.invoke``, ``graph.get_state``) run the async ones: on the event loop the saver
+  was last used on, when the caller is another thread (``await asyncio.to_thread(graph.invoke, ...)`` next to a
+  served app: the store's connections belong to that loop); on a private loop when no loop is serving it (a plain
+  script). Called from inside a running loop they raise: they would block the loop they need.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -43,6 +48,7 @@ __all__ = ["KIND", "ConversationSaver", "scope_config"]
 
 KIND = "langgraph"
 Typed = tuple[str, bytes]
+_T = TypeVar("_T")
 
 
 def scope_config(tenant: str, owner: str) -> dict[str, str]:
@@ -112,12 +118,15 @@ class ConversationSaver(BaseCheckpointSaver[str]):
         # A callable: the executor's conversation store can be rebound (``bind_store``) after the graph is built.
         self._conversations = conversations
         self._active: dict[ConversationKey, _Thread] = {}
+        # The loop the async methods last ran on: where a synchronous caller's work must run (see _sync).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- turns -------------------------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def thread(self, key: ConversationKey) -> AsyncIterator[None]:
         """Hold ``key``'s thread in memory for one turn; store it if the block ends without an exception."""
+        self._loop = asyncio.get_running_loop()
         raw = await self._conversations().load(key)
         self._active[key] = _Thread.decode(raw) if raw is not None else _Thread()
         try:
@@ -133,6 +142,7 @@ class ConversationSaver(BaseCheckpointSaver[str]):
         )
 
     async def _read(self, key: ConversationKey) -> _Thread:
+        self._loop = asyncio.get_running_loop()
         active = self._active.get(key)
         if active is not None:
             return active
@@ -282,6 +292,7 @@ class ConversationSaver(BaseCheckpointSaver[str]):
         await self._written(key, thread)
 
     async def adelete_thread(self, thread_id: str) -> None:
+        self._loop = asyncio.get_running_loop()
         # Without a config the scope is unknown: delete the thread in every active scope, else the default scope.
         keys = [k for k in self._active if k.context_id == thread_id] or [ConversationKey(thread_id, KIND)]
         for key in keys:
@@ -289,6 +300,62 @@ class ConversationSaver(BaseCheckpointSaver[str]):
                 self._active[key] = _Thread()
             else:
                 await self._conversations().delete(key)
+
+    # --- BaseCheckpointSaver (sync): the async methods, run where the store's connections live -------------------
+
+    def _sync(self, work: Coroutine[Any, Any, _T]) -> _T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            work.close()
+            raise asyncio.InvalidStateError(
+                "synchronous calls to ConversationSaver would block the event loop they need: use the async API "
+                "(await graph.ainvoke(...), graph.astream(...)), or call graph.invoke in a worker thread "
+                "(await asyncio.to_thread(graph.invoke, ...))"
+            )
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            return asyncio.run_coroutine_threadsafe(work, loop).result()
+        return asyncio.run(work)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync(self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        async def collect() -> list[CheckpointTuple]:
+            return [found async for found in self.alist(config, filter=filter, before=before, limit=limit)]
+
+        return iter(self._sync(collect()))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync(self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._sync(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync(self.adelete_thread(thread_id))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         # InMemorySaver's scheme (LangGraph compares these as strings): a zero-padded counter, then a random part.
