@@ -270,12 +270,14 @@ def _none_pending() -> int:
 
 
 # How a burst of events becomes a few writes. A producer that awaits between events (a framework whose stream hops
-# through its own tasks and locks) would otherwise hand the writer one event per wake, and every write costs more
-# than the frames it carries: so when nothing more is ready the writer first gives the producer a few loop turns,
-# and batches what arrives meanwhile. A frame waits at most _HOLD seconds for later ones, and a producer that is
-# really waiting (a model's next token) has its frames flushed after the few idle turns. Frames and their order are
-# unchanged: only how many go in one write.
+# through its own tasks and locks: pydantic-ai takes 4 loop turns per delta) would otherwise hand the writer one
+# event per wake, and every write costs more than the frames it carries. So when nothing more is ready the writer
+# first gives the producer a few loop turns; if it published meanwhile (a burst), the next waits are one short timer
+# each instead of a turn each. A producer that is really waiting (a model's next token) has its frames flushed after
+# those few idle turns; no frame waits more than _HOLD for later ones. Frames and their order are unchanged: only
+# how many go in one write.
 _GRACE_TURNS = 8
+_BURST_WAIT = 0.001
 _HOLD = 0.01
 _MAX_BATCH = 256
 
@@ -337,16 +339,23 @@ async def stream_sse(
         await send({"type": "http.response.body", "body": frame(first[0], first[2]), "more_body": True})
         batch: list[bytes] = []
         since = 0.0
+        burst = False
         try:
             async for seq, _event, data in items:
                 if not batch:
                     since = loop.time()
                 batch.append(frame(seq, data))
                 if len(batch) < _MAX_BATCH and not pending() and loop.time() - since < _HOLD:
-                    for _ in range(_GRACE_TURNS):
-                        await asyncio.sleep(0)
-                        if pending():
-                            break
+                    if burst:
+                        # The producer kept publishing through the last wait: one timer collects its next events,
+                        # instead of a loop turn each.
+                        await asyncio.sleep(_BURST_WAIT)
+                    else:
+                        for _ in range(_GRACE_TURNS):
+                            await asyncio.sleep(0)
+                            if pending():
+                                break
+                    burst = pending() > 0
                 if len(batch) >= _MAX_BATCH or not pending() or loop.time() - since >= _HOLD:
                     state["last"] = loop.time()
                     body = batch[0] if len(batch) == 1 else b"".join(batch)
