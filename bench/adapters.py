@@ -9,6 +9,12 @@ the agents (A B C … A B C …); the table gives the median and [min-max] of th
 against the baseline's. "framework alone" consumes the framework's own stream directly (no A2A, no relaykit): the
 ceiling no adapter can pass, so "served vs alone" is what serving over A2A costs on top of the framework.
 
+The second table splits the cost of one delta in CPU time (``time.process_time``: what this process spent, so other
+work on the machine barely moves it, unlike the wall-clock rates): the framework alone; the framework driven by its
+adapter with every event discarded (the adapter's ``execute`` on a queue that drops events: no engine, no HTTP), so
+the difference is the adapter's own per-delta work; served end to end; and the plain generator served, which is
+relaykit's own cost of one event (engine, store, SSE, the in-process client's parsing).
+
     python bench/adapters.py [--deltas 1000] [--rounds 5]
 """
 
@@ -16,12 +22,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from relaykit import TaskArtifactUpdateEvent, agent
+from relaykit import Message, Part, Role, TaskArtifactUpdateEvent, agent
+from relaykit.adapters import as_executor
+from relaykit.server import EventQueue, RequestContext
 from relaykit.testing import InProcessClient
 
 TOKEN = "tok "
@@ -216,22 +225,65 @@ async def alone(name: str, obj: Any, deltas: int) -> float:
     return count / elapsed
 
 
+async def discarded(executor: Any, deltas: int, turn: int) -> None:
+    """One turn of ``executor`` (a new context) on a queue that drops its events: the framework plus its adapter."""
+    chunks = 0
+
+    async def sink(event: Any) -> None:
+        nonlocal chunks
+        chunks += isinstance(event, TaskArtifactUpdateEvent)
+
+    message = Message(message_id=f"m-{turn}", role=Role.USER, parts=[Part(text="go")])
+    context = RequestContext(task_id=f"t-{turn}", context_id=f"c-{turn}", message=message)
+    await executor.execute(context, EventQueue(sink))
+    if chunks != deltas:
+        raise AssertionError(f"expected {deltas} chunks, got {chunks}")
+
+
+async def cpu(work: Any) -> float:
+    """CPU seconds of this process while ``work`` (an awaitable) runs."""
+    started = time.process_time()
+    await work
+    return time.process_time() - started
+
+
 async def main(deltas: int, rounds: int) -> None:
     objects = {name: make(deltas) for name, make in AGENTS.items()}
+    executors = {name: as_executor(make(deltas)) for name, make in AGENTS.items()}
     servers = {name: InProcessClient(make(deltas)) for name, make in AGENTS.items()}
     clients = {name: await server.__aenter__() for name, server in servers.items()}
     served: dict[str, list[float]] = {name: [] for name in AGENTS}
     bare: dict[str, list[float]] = {name: [] for name in ALONE}
+    # CPU seconds per stream: served, the framework alone, the framework + adapter with events discarded
+    cpu_served: dict[str, list[float]] = {name: [] for name in AGENTS}
+    cpu_alone: dict[str, list[float]] = {name: [] for name in ALONE}
+    cpu_adapter: dict[str, list[float]] = {name: [] for name in ALONE}
+    turn = 0
     try:
         for name, client in clients.items():  # warm-up: imports, first-call caches
             await one_stream(client, deltas)
             if name in ALONE:
                 await alone(name, objects[name], deltas)
+                turn += 1
+                await discarded(executors[name], deltas, turn)
+        # Every framework is imported and warm: freeze that heap, and start each measurement from a collected one,
+        # so a full collection (over 100 ms here with four frameworks loaded) lands in no measurement by chance.
+        gc.collect()
+        gc.freeze()
         for _ in range(rounds):
             for name, client in clients.items():
+                gc.collect()
+                started = time.process_time()
                 served[name].append(await one_stream(client, deltas))
+                cpu_served[name].append(time.process_time() - started)
                 if name in ALONE:
+                    gc.collect()
+                    started = time.process_time()
                     bare[name].append(await alone(name, objects[name], deltas))
+                    cpu_alone[name].append(time.process_time() - started)
+                    turn += 1
+                    gc.collect()
+                    cpu_adapter[name].append(await cpu(discarded(executors[name], deltas, turn)))
     finally:
         for server in servers.values():
             await server.__aexit__(None, None, None)
@@ -240,6 +292,9 @@ async def main(deltas: int, rounds: int) -> None:
     def cell(values: list[float]) -> str:
         return f"{statistics.median(values):,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
 
+    def us(values: list[float]) -> float:
+        return statistics.median(values) / deltas * 1e6
+
     print(f"{deltas} deltas per stream, {rounds} rounds, medians [min-max]\n")
     print("| agent | served: events/s | vs @agent | framework alone: deltas/s | served vs alone |")
     print("|---|---|---|---|---|")
@@ -247,6 +302,13 @@ async def main(deltas: int, rounds: int) -> None:
         median = statistics.median(values)
         own = f"{cell(bare[name])} | {median / statistics.median(bare[name]):.2f}x" if name in bare else "- | -"
         print(f"| {name} | {cell(values)} | {median / base:.2f}x | {own} |")
+    plain = us(cpu_served["@agent generator"])
+    print(f"\nCPU µs per delta (medians); the plain generator served: {plain:.1f}\n")
+    print("| agent | framework alone | + adapter, events discarded | served | adapter's own | relaykit's (the rest) |")
+    print("|---|---|---|---|---|---|")
+    for name in ALONE:
+        a, b, c = us(cpu_alone[name]), us(cpu_adapter[name]), us(cpu_served[name])
+        print(f"| {name} | {a:.1f} | {b:.1f} | {c:.1f} | {b - a:+.1f} | {c - b:.1f} |")
 
 
 if __name__ == "__main__":
