@@ -16,7 +16,8 @@ Invariants:
 * the synchronous methods (``graph.invoke``, ``graph.get_state``) run the async ones: on the event loop the saver
   was last used on, when the caller is another thread (``await asyncio.to_thread(graph.invoke, ...)`` next to a
   served app: the store's connections belong to that loop); on a private loop when no loop is serving it (a plain
-  script). Called from inside a running loop they raise: they would block the loop they need.
+  script). Called from inside a running loop they raise: they would block the loop they need. (A saver knows its
+  loop once it has been used there: a PostgreSQL-backed one must have served a turn before a worker thread calls it.)
 """
 
 from __future__ import annotations
