@@ -129,3 +129,29 @@ async def test_a_task_is_a_task_across_versions(dual_server: ServerProcess, bind
     finally:
         await maker.aclose()
         await reader.aclose()
+
+
+async def test_list_tasks_on_the_0_3_rest_route(dual_server: ServerProcess) -> None:
+    """``GET /v1/tasks`` (0.3 spec, "tasks/list", REST only): a bare array of 0.3 tasks, filtered by context when
+    asked; relaykit's client pinned to the 0.3 REST interface lists through it; over 0.3 JSON-RPC there is none."""
+    context = str(uuid.uuid4())
+    maker = _client(dual_server, "HTTP+JSON", "0.3")
+    try:
+        async with asyncio.timeout(STEP):
+            made = [await maker.send(f"list {n}", context_id=context) for n in range(2)]
+            async with httpx.AsyncClient(base_url=dual_server.url, timeout=STEP) as http:
+                answer = await http.get("/v1/tasks", params={"contextId": context})
+                assert answer.status_code == 200
+                body = answer.json()
+                assert isinstance(body, list)
+                assert {t["id"] for t in body} == {t.id for t in made if isinstance(t, Task)}
+                assert {t["status"]["state"] for t in body} == {"TASK_STATE_COMPLETED"}
+                everything = (await http.get("/v1/tasks")).json()
+                assert {t["id"] for t in body} <= {t["id"] for t in everything}
+                rpc = (await http.post("/", json=_rpc("tasks/list", {}))).json()
+                assert rpc["error"]["code"] == -32601
+            listed = [t async for t in maker.list_tasks(context_id=context)]
+            assert sorted(t.id for t in listed) == sorted(t["id"] for t in body)
+            assert all(t.context_id == context for t in listed)
+    finally:
+        await maker.aclose()
