@@ -14,10 +14,10 @@ import uuid
 import grpc
 import httpx
 import pytest
+from support.pinned import pinned_client
 from support.servers import ServerProcess
 
 from relaykit import Task, TaskState
-from relaykit._card import AgentInterface
 from relaykit.client import Client
 from relaykit.client._transport import JSONRPCTransport, RESTTransport
 
@@ -90,13 +90,8 @@ async def test_dual_stack_card_is_plain_1_0_for_a_1_0_client(dual_server: Server
 
 
 def _client(server: ServerProcess, binding: str, version: str) -> Client:
-    """relaykit's client pinned to one interface of the dual-stack card (1.0, or 0.3 through the codec)."""
-    url = {"JSONRPC": server.url + "/", "HTTP+JSON": server.url, "GRPC": server.grpc_address}[binding]
-    interface = AgentInterface(url=url, protocol_binding=binding, protocol_version=version)
-    client = Client(server.url, timeout=STEP)
-    client.interface = interface
-    client._transport = client._make_transport(interface)  # the card would pick 1.0: force the version under test
-    return client
+    grpc_address = server.grpc_address if binding == "GRPC" else ""
+    return pinned_client(server.url, binding, version, grpc_address=grpc_address, timeout=STEP)
 
 
 @pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON", "GRPC"], ids=["jsonrpc", "rest", "grpc"])
