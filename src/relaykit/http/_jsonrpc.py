@@ -93,6 +93,7 @@ class JSONRPCBinding:
             check_json_content_type(scope, required=True)
             body = await read_body(scope, receive, self.max_body)
             envelope = await decode_json(body)
+            rid = _readable_id(envelope)  # set before the checks, so their errors carry it
             rid, method, params = self._envelope(envelope)
             auth = self.handler.auth
             principal = await authenticate(scope, auth, "JSONRPC")
@@ -223,3 +224,15 @@ def _result(rid: Any, data: bytes) -> bytes:
 
 def _error_body(rid: Any, exc: A2AError) -> bytes:
     return pydantic_core.to_json({"jsonrpc": "2.0", "id": rid, "error": exc.to_jsonrpc()})
+
+
+def _readable_id(envelope: Any) -> Any:
+    """The request's id when it can be read, else ``None``. JSON-RPC 2.0 §5: the response id is the request's; null
+    only when it cannot be detected (a parse error, a non-object, an id of the wrong type). A request whose id is fine
+    but whose ``jsonrpc`` or ``method`` is wrong gets its id back, so the client can match the error to its call (the
+    A2A 0.3 conformance kit requires this)."""
+    if isinstance(envelope, dict):
+        rid = envelope.get("id")
+        if isinstance(rid, str | int) and not isinstance(rid, bool):
+            return rid
+    return None
