@@ -75,9 +75,20 @@ def _send(params: Json, path: Json) -> Json:
     return out
 
 
+def _history(params: Json) -> Any:
+    # A query value is text: a number becomes one (0.3's 0 = "all"); anything else, a negative number included,
+    # goes on as it is for the 1.0 validator to refuse (InvalidParams), rather than being silently ignored.
+    value = params.get("historyLength", params.get("history_length"))
+    if value in (None, ""):
+        return None
+    try:
+        return history_in(int(value))
+    except (TypeError, ValueError):
+        return value
+
+
 def _get_task(params: Json, path: Json) -> Json:
-    text = str(params.get("historyLength") or "")
-    return {"id": path["id"], "historyLength": history_in(int(text)) if text.isdigit() else None}
+    return {"id": path["id"], "historyLength": _history(params)}
 
 
 # The 0.3 list takes no parameters and answers a bare ``[Task]`` (spec v0.3.0 "tasks/list", REST only): the filters
@@ -95,9 +106,9 @@ def _list_tasks(params: Json, path: Json) -> Json:
     state = params.get("status")
     if isinstance(state, str) and state:
         out["status"] = pj.state_in(STATE_IN.get(state, state))
-    text = str(params.get("historyLength") or params.get("history_length") or "")
-    if text.isdigit():
-        out["historyLength"] = history_in(int(text))
+    history = _history(params)
+    if history is not None:
+        out["historyLength"] = history
     return out
 
 

@@ -171,12 +171,21 @@ class JSONRPCBinding:
         rid: Any,
         legacy: bool = False,
     ) -> None:
-        if name == "SubscribeToTask":
-            items = await self.handler.subscribe_to_task(request, call, last_event_id(scope))
-        else:
-            items = await self.handler.dispatch(method, request, call)
-        # Pull the first event before answering: an error up to here is an ordinary JSON-RPC error response.
-        first = await anext(items, None)
+        try:
+            if name == "SubscribeToTask":
+                items = await self.handler.subscribe_to_task(request, call, last_event_id(scope))
+            else:
+                items = await self.handler.dispatch(method, request, call)
+            # Pull the first event before answering: an error up to here is an ordinary JSON-RPC error response.
+            first = await anext(items, None)
+        except A2AError as exc:
+            if not legacy or exc.http_status in (401, 403):
+                raise
+            # A 0.3 client reads a streaming method's answer as SSE only (a2a-sdk 0.3 turns anything else into an
+            # "invalid SSE response"); 0.3 servers send such an error as the stream's one event, so do the same.
+            body = b"data: " + _error_body(rid, exc) + b"\n\n"
+            await send_bytes(send, 200, body, b"text/event-stream", extension_headers(call))
+            return
         prefix = b'{"jsonrpc":"2.0","id":' + pydantic_core.to_json(rid) + b',"result":'
 
         encode = v03.encode_event if legacy else None
