@@ -153,7 +153,10 @@ async def test_list_tasks_on_the_0_3_rest_route(dual_server: ServerProcess) -> N
                 assert {t["id"] for t in body} <= {t["id"] for t in everything}
                 # a query historyLength is a number or refused (422), never silently dropped; 0 is 0.3's "all"
                 one = body[0]["id"]
-                codes = [(await http.get(f"/v1/tasks/{one}", params={"historyLength": h})).status_code for h in ("-1", "0", "x")]
+                codes = [
+                    (await http.get(f"/v1/tasks/{one}", params={"historyLength": h})).status_code
+                    for h in ("-1", "0", "x")
+                ]
                 assert codes == [422, 200, 422]
                 rpc = (await http.post("/", json=_rpc("tasks/list", {}))).json()
                 assert rpc["error"]["code"] == -32601
