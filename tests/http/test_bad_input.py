@@ -443,6 +443,16 @@ def test_every_row_covers_both_bindings_unless_it_has_no_analogue() -> None:
         assert (row.jsonrpc is None) == (row.name in rest_only), row.name
 
 
+@pytest.mark.parametrize(
+    "fault", [{"jsonrpc": "1.0"}, {"method": None}, {"method": ""}], ids=["jsonrpc-1.0", "no-method", "empty-method"]
+)
+def test_invalid_request_with_a_readable_id_gets_it_back(http: httpx.Client, fault: dict[str, Any]) -> None:
+    """JSON-RPC 2.0 §5: null only when the id cannot be read; the A2A 0.3 kit requires the echo (MUST)."""
+    request = {k: v for k, v in {**envelope("GetTask", {"id": "x"}, rid="r-42"), **fault}.items() if v is not None}
+    body = http.post("/", json=request, headers={"A2A-Version": "1.0"}).json()
+    assert (body["error"]["code"], body["id"]) == (-32600, "r-42"), body
+
+
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
 def test_a2a_version_as_query_parameter_is_accepted(http: httpx.Client, done_task: str, binding: str) -> None:
     if binding == "jsonrpc":

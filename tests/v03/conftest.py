@@ -2,6 +2,7 @@
 
 * ``sdk03``: the 0.3.26 interpreter; skipped with the reason when it cannot be made, except under ``CI=true``,
   where that fails the run (the interop proof must not silently vanish);
+* ``js_sdk03``: the directory holding @a2a-js/sdk 0.3.14 for node (``support.jssdk``), skipped and failed alike;
 * ``dual_server``: ``relaykit serve tests/client/_agents.py:kitchen`` with gRPC, webhooks to 127.0.0.1 allowed,
   speaking 1.0 and 0.3 (the default);
 * ``only10_server``: the same with ``--protocol 1.0``.
@@ -16,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.jssdk import JsSdkUnavailable, js_sdk_dir
 from support.sdk03 import SdkUnavailable, in_ci, sdk03_python
 from support.servers import ServerPool, ServerProcess, start_serve
 
 KITCHEN = "tests/client/_agents.py:kitchen"
 DRIVER = Path(__file__).with_name("sdk03_driver.py")
+JS_SDK03 = "0.3.14"  # the newest of @a2a-js/sdk's 0.3 line
 DRIVER_TIMEOUT = 240.0  # seconds for one whole driver run (every step inside is bounded by 20 s)
 
 
@@ -32,6 +35,17 @@ def sdk03() -> Path:
         if in_ci():
             pytest.fail(f"CI=true: the a2a-sdk 0.3.26 environment must be made: {exc}")
         pytest.skip(f"a2a-sdk 0.3.26 environment unavailable (PyPI unreachable?): {exc}")
+
+
+@pytest.fixture(scope="session")
+def js_sdk03() -> Path:
+    """The @a2a-js/sdk 0.3.14 directory (``support.jssdk``); skipped with the reason locally, failed under CI."""
+    try:
+        return js_sdk_dir(JS_SDK03)
+    except JsSdkUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"CI=true: @a2a-js/sdk {JS_SDK03} is needed: {exc}")
+        pytest.skip(f"@a2a-js/sdk {JS_SDK03} unavailable (node, npm or the registry missing): {exc}")
 
 
 @pytest.fixture(scope="session")

@@ -256,6 +256,17 @@ async def run(url: str, transport: str) -> dict[str, Any]:
                 report["error_terminal_send"] = {"type": "no error"}
             except Exception as exc:
                 report["error_terminal_send"] = _error(exc)
+            # the streaming methods: an error before the first event (0.3 JSON-RPC sends it as the one SSE event)
+            try:
+                await _events(streaming.resubscribe(TaskIdParams(id="no-such-task")))
+                report["error_resubscribe_not_found"] = {"type": "no error"}
+            except Exception as exc:
+                report["error_resubscribe_not_found"] = _error(exc)
+            try:
+                await _events(streaming.send_message(_message("more", task_id=task_id)))
+                report["error_terminal_stream"] = {"type": "no error"}
+            except Exception as exc:
+                report["error_terminal_stream"] = _error(exc)
         for c in (blocking, streaming, polling):
             await c.close()
     except Exception as exc:

@@ -1,5 +1,6 @@
 """relaykit's Client and CLI against an agent on the official a2a-sdk 0.3.26 (``sdk03_server.py``, run in the SDK's
-own environment), on each binding it offers: JSON-RPC, HTTP+JSON and gRPC.
+own environment), on each binding it offers: JSON-RPC, HTTP+JSON and gRPC; and the Client against the same agent on
+@a2a-js/sdk 0.3.14 (``js/sdk03_server.mjs``, node; ``support.jssdk``) on JSON-RPC and HTTP+JSON.
 
 The client reads the 0.3 card, picks the 0.3 interface of the binding it is told to use, and the caller sees the
 1.0 models: send (task and bare message), get, stream, multi-turn input-required, cancel, subscribe (resubscribe;
@@ -10,6 +11,7 @@ SDK serves them), and errors as the 1.0 error classes.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,12 +27,19 @@ from relaykit.errors import TaskNotCancelableError, TaskNotFoundError
 pytestmark = pytest.mark.interop
 
 SERVER = Path(__file__).with_name("sdk03_server.py")
+JS_SERVER = Path(__file__).parent / "js" / "sdk03_server.mjs"
+NODE = shutil.which("node") or "node"
 STEP = 20.0
 REPO = Path(__file__).resolve().parents[2]
 
 
+# (agent, binding): every binding each 0.3 SDK's test server offers (the JS one runs no gRPC server).
+CASES = [("sdk", "JSONRPC"), ("sdk", "HTTP+JSON"), ("sdk", "GRPC"), ("js", "JSONRPC"), ("js", "HTTP+JSON")]
+
+
 @pytest.fixture(scope="module")
-def sdk03_agent(sdk03: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def agent_sdk(sdk03: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The a2a-sdk 0.3.26 agent (``sdk03_server.py``): JSON-RPC, HTTP+JSON and gRPC."""
     grpc_port = free_port()
 
     def command(port: int) -> list[str]:
@@ -43,9 +52,37 @@ def sdk03_agent(sdk03: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     stop_process(server.proc)
 
 
-@pytest.fixture(params=["JSONRPC", "HTTP+JSON", "GRPC"], ids=["jsonrpc", "rest", "grpc"])
-def binding(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+@pytest.fixture(scope="module")
+def agent_js(js_sdk03: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The @a2a-js/sdk 0.3 agent (``js/sdk03_server.mjs``, same behaviour): JSON-RPC and HTTP+JSON."""
+    server = start_process(
+        lambda port: [NODE, str(JS_SERVER), str(port)],
+        tmp_path_factory.mktemp("js03-agent"),
+        name="js03-agent",
+        env={"A2A_JS_SDK03_DIR": str(js_sdk03)},
+        ready_path="/.well-known/agent-card.json",
+    )
+    yield server
+    stop_process(server.proc)
+
+
+CASE_IDS = [f"{agent}-{binding.lower().replace('http+json', 'rest')}" for agent, binding in CASES]
+
+
+@pytest.fixture(params=CASES, ids=CASE_IDS)
+def case(request: pytest.FixtureRequest) -> tuple[str, str]:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def sdk03_agent(case: tuple[str, str], request: pytest.FixtureRequest) -> ServerProcess:
+    server: ServerProcess = request.getfixturevalue(f"agent_{case[0]}")
+    return server
+
+
+@pytest.fixture
+def binding(case: tuple[str, str]) -> str:
+    return case[1]
 
 
 async def test_card_picks_the_03_interface(sdk03_agent: ServerProcess, binding: str) -> None:
@@ -129,14 +166,16 @@ async def test_push_config(sdk03_agent: ServerProcess, binding: str) -> None:
         assert (created.task_id, created.url, created.token) == (task.id, "https://hooks.example.com/a2a", "t1")
         got = await client.get_push_config(task.id, "c1")
         assert got.url == "https://hooks.example.com/a2a"
-        if binding == "JSONRPC":  # the SDK serves list/delete on JSON-RPC only
+        if binding == "JSONRPC" or "js" in sdk03_agent.name:  # a2a-sdk serves list/delete on JSON-RPC only
             assert [c.id for c in await client.list_push_configs(task.id)] == ["c1"]
             await client.delete_push_config(task.id, "c1")
             assert await client.list_push_configs(task.id) == []
         await client.cancel(task.id)
 
 
-def test_cli_send_and_get(sdk03_agent: ServerProcess) -> None:
+def test_cli_send_and_get(agent_sdk: ServerProcess) -> None:
+    sdk03_agent = agent_sdk
+
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "relaykit.cli", *args], capture_output=True, text=True, timeout=60, cwd=REPO

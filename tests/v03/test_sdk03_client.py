@@ -112,9 +112,14 @@ def test_errors(report: Any) -> None:
         assert not_found["code"] == -32001
         assert report["error_cancel_not_found"]["code"] == -32001
         assert report["error_terminal_send"]["code"] == -32004
+        # streaming methods too: the SDK reads only SSE there, so the error arrives as the stream's one event
+        assert report["error_resubscribe_not_found"]["code"] == -32001
+        assert report["error_terminal_stream"]["code"] == -32004
     elif binding == "HTTP+JSON":
         assert not_found["status"] == 404
         assert report["error_cancel_not_found"]["status"] == 404
     else:
         assert not_found["type"] != "no error"
         assert report["error_terminal_send"]["type"] != "no error"
+    assert report["error_resubscribe_not_found"]["type"] != "no error"
+    assert report["error_terminal_stream"]["type"] != "no error"

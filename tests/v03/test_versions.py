@@ -9,17 +9,20 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
+from collections.abc import AsyncIterator
 
 import grpc
 import httpx
 import pytest
+from support.pinned import pinned_client
 from support.servers import ServerProcess
 
 from relaykit import Task, TaskState
-from relaykit._card import AgentInterface
 from relaykit.client import Client
 from relaykit.client._transport import JSONRPCTransport, RESTTransport
+from relaykit.errors import TaskNotFoundError
 
 STEP = 20.0
 
@@ -89,14 +92,14 @@ async def test_dual_stack_card_is_plain_1_0_for_a_1_0_client(dual_server: Server
     assert again.status_code == 304
 
 
+async def _drain(events: AsyncIterator[object]) -> None:
+    async for _ in events:
+        pass
+
+
 def _client(server: ServerProcess, binding: str, version: str) -> Client:
-    """relaykit's client pinned to one interface of the dual-stack card (1.0, or 0.3 through the codec)."""
-    url = {"JSONRPC": server.url + "/", "HTTP+JSON": server.url, "GRPC": server.grpc_address}[binding]
-    interface = AgentInterface(url=url, protocol_binding=binding, protocol_version=version)
-    client = Client(server.url, timeout=STEP)
-    client.interface = interface
-    client._transport = client._make_transport(interface)  # the card would pick 1.0: force the version under test
-    return client
+    grpc_address = server.grpc_address if binding == "GRPC" else ""
+    return pinned_client(server.url, binding, version, grpc_address=grpc_address, timeout=STEP)
 
 
 @pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON", "GRPC"], ids=["jsonrpc", "rest", "grpc"])
@@ -129,3 +132,57 @@ async def test_a_task_is_a_task_across_versions(dual_server: ServerProcess, bind
     finally:
         await maker.aclose()
         await reader.aclose()
+
+
+async def test_list_tasks_on_the_0_3_rest_route(dual_server: ServerProcess) -> None:
+    """``GET /v1/tasks`` (0.3 spec, "tasks/list", REST only): a bare array of 0.3 tasks, filtered by context when
+    asked; relaykit's client pinned to the 0.3 REST interface lists through it; over 0.3 JSON-RPC there is none."""
+    context = str(uuid.uuid4())
+    maker = _client(dual_server, "HTTP+JSON", "0.3")
+    try:
+        async with asyncio.timeout(STEP):
+            made = [await maker.send(f"list {n}", context_id=context) for n in range(2)]
+            async with httpx.AsyncClient(base_url=dual_server.url, timeout=STEP) as http:
+                answer = await http.get("/v1/tasks", params={"contextId": context})
+                assert answer.status_code == 200
+                body = answer.json()
+                assert isinstance(body, list)
+                assert {t["id"] for t in body} == {t.id for t in made if isinstance(t, Task)}
+                assert {t["status"]["state"] for t in body} == {"TASK_STATE_COMPLETED"}
+                everything = (await http.get("/v1/tasks")).json()
+                assert {t["id"] for t in body} <= {t["id"] for t in everything}
+                # a query historyLength is a number or refused (422), never silently dropped; 0 is 0.3's "all"
+                one = body[0]["id"]
+                codes = [
+                    (await http.get(f"/v1/tasks/{one}", params={"historyLength": h})).status_code
+                    for h in ("-1", "0", "x")
+                ]
+                assert codes == [422, 200, 422]
+                rpc = (await http.post("/", json=_rpc("tasks/list", {}))).json()
+                assert rpc["error"]["code"] == -32601
+            listed = [t async for t in maker.list_tasks(context_id=context)]
+            assert sorted(t.id for t in listed) == sorted(t["id"] for t in body)
+            assert all(t.context_id == context for t in listed)
+    finally:
+        await maker.aclose()
+
+
+async def test_a_0_3_stream_that_fails_before_its_first_event_says_so_in_sse(dual_server: ServerProcess) -> None:
+    """0.3 clients read a streaming method's answer as SSE only (a2a-sdk 0.3 reports anything else as an invalid SSE
+    response), and 0.3 servers send such an error as the stream's one event: so does relaykit, on 0.3 JSON-RPC; 1.0
+    keeps the plain JSON-RPC error response. relaykit's client, pinned to 0.3, sees TaskNotFoundError either way."""
+    async with httpx.AsyncClient(base_url=dual_server.url, timeout=STEP) as http:
+        old = await http.post("/", json=_rpc("tasks/resubscribe", {"id": "no-such-task"}))
+        new = await http.post("/", json=_rpc("SubscribeToTask", {"id": "no-such-task"}), headers={"A2A-Version": "1.0"})
+    assert old.headers["content-type"].startswith("text/event-stream")
+    assert old.text.startswith("data: ")
+    event = json.loads(old.text.removeprefix("data: "))
+    assert (event["id"], event["error"]["code"]) == (1, -32001)
+    assert new.headers["content-type"].startswith("application/json")
+    assert new.json()["error"]["code"] == -32001
+    client = _client(dual_server, "JSONRPC", "0.3")
+    try:
+        with pytest.raises(TaskNotFoundError):
+            await asyncio.wait_for(_drain(client.subscribe("no-such-task")), STEP)
+    finally:
+        await client.aclose()

@@ -23,6 +23,7 @@ __all__ = [
     "resource_id",
     "send_request_in",
     "send_request_out",
+    "state_in",
     "stream_in",
     "stream_out",
     "task_in",
@@ -169,12 +170,17 @@ def message_in(message: Any) -> Any:
     return out
 
 
+def state_in(state: Any) -> Any:
+    """A 0.3 ProtoJSON task state (its ``CANCELLED`` spelling included) as the 1.0 name."""
+    return _CANCELED if state == _CANCELLED else state
+
+
 def _status_in(status: Any) -> Any:
     if not isinstance(status, dict):
         return status
     out = {k: v for k, v in status.items() if k != "update"}
-    if out.get("state") == _CANCELLED:
-        out["state"] = _CANCELED
+    if "state" in out:
+        out["state"] = state_in(out["state"])
     message = _get(status, "message", "update")
     if message is not None:
         out["message"] = message_in(message)

@@ -2,7 +2,8 @@
 (``_pjson``), errors in 0.3's form.
 
 Routes (spec v0.3.0 §3.5.6 and the proto's HTTP annotations): ``POST /v1/message:send``, ``POST /v1/message:stream``,
-``GET /v1/tasks/{id}``, ``POST /v1/tasks/{id}:cancel``, ``GET|POST /v1/tasks/{id}:subscribe``,
+``GET /v1/tasks/{id}``, ``GET /v1/tasks`` (list: in the spec's method table, not in the proto),
+``POST /v1/tasks/{id}:cancel``, ``GET|POST /v1/tasks/{id}:subscribe``,
 ``POST|GET /v1/tasks/{id}/pushNotificationConfigs``, ``GET|DELETE /v1/tasks/{id}/pushNotificationConfigs/{configId}``,
 ``GET /v1/card``. Path variables win over the body.
 
@@ -34,7 +35,7 @@ from relaykit._methods import OPERATIONS_BY_NAME, Operation
 from relaykit._model import A2AModel
 from relaykit._v03 import _pjson as pj
 from relaykit._v03._card import card_in, card_json
-from relaykit._v03._json import as_dict, history_in
+from relaykit._v03._json import STATE_IN, STATE_OUT, as_dict, history_in
 
 __all__ = [
     "ROUTES",
@@ -74,9 +75,41 @@ def _send(params: Json, path: Json) -> Json:
     return out
 
 
+def _history(params: Json) -> Any:
+    # A query value is text: a number becomes one (0.3's 0 = "all"); anything else, a negative number included,
+    # goes on as it is for the 1.0 validator to refuse (InvalidParams), rather than being silently ignored.
+    value = params.get("historyLength", params.get("history_length"))
+    if value in (None, ""):
+        return None
+    try:
+        return history_in(int(value))
+    except (TypeError, ValueError):
+        return value
+
+
 def _get_task(params: Json, path: Json) -> Json:
-    text = str(params.get("historyLength") or "")
-    return {"id": path["id"], "historyLength": history_in(int(text)) if text.isdigit() else None}
+    return {"id": path["id"], "historyLength": _history(params)}
+
+
+# The 0.3 list takes no parameters and answers a bare ``[Task]`` (spec v0.3.0 "tasks/list", REST only): the filters
+# and cursor of 1.0 are accepted when given (both spellings), and without a page size one answer holds the most
+# one 1.0 page can (100) rather than the 1.0 default, since a 0.3 client has no way to ask for the next page.
+LIST_PAGE = 100
+
+
+def _list_tasks(params: Json, path: Json) -> Json:
+    out: Json = {"pageSize": LIST_PAGE}
+    for name, alias in (("contextId", "context_id"), ("pageToken", "page_token"), ("pageSize", "page_size")):
+        value = params.get(name, params.get(alias))
+        if value not in (None, ""):
+            out[name] = value
+    state = params.get("status")
+    if isinstance(state, str) and state:
+        out["status"] = pj.state_in(STATE_IN.get(state, state))
+    history = _history(params)
+    if history is not None:
+        out["historyLength"] = history
+    return out
 
 
 def _create_config(params: Json, path: Json) -> Json:
@@ -93,6 +126,7 @@ ROUTES: tuple[Route03, ...] = (
     Route03("GET", "/v1/tasks/{id}:subscribe", "SubscribeToTask", False, lambda p, path: {"id": path["id"]}),
     Route03("POST", "/v1/tasks/{id}:subscribe", "SubscribeToTask", True, lambda p, path: {"id": path["id"]}),
     Route03("GET", "/v1/tasks/{id}", "GetTask", False, _get_task),
+    Route03("GET", "/v1/tasks", "ListTasks", False, _list_tasks),
     Route03("POST", "/v1/tasks/{id}/pushNotificationConfigs", "CreateTaskPushNotificationConfig", True, _create_config),
     Route03(
         "GET",
@@ -131,6 +165,8 @@ def encode_result(op: str, result: Any) -> bytes:
         out = pj.task_out(data)
     elif op in ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig"):
         out = pj.config_out(data)
+    elif op == "ListTasks":
+        out = [pj.task_out(t) for t in data.get("tasks", ())]
     elif op == "ListTaskPushNotificationConfigs":
         out = {"configs": [pj.config_out(c) for c in data.get("configs", ())]}
     else:
@@ -168,6 +204,8 @@ def request_target(op: str, request: A2AModel) -> tuple[str, str, bytes | None, 
     if op == "GetTask":
         query = {"historyLength": str(data["historyLength"] or 1)} if data.get("historyLength") is not None else {}
         return "GET", f"/v1/tasks/{data['id']}", None, query
+    if op == "ListTasks":
+        return "GET", "/v1/tasks", None, _list_query(data)
     if op == "CancelTask":
         return "POST", f"/v1/tasks/{data['id']}:cancel", pydantic_core.to_json({"name": f"tasks/{data['id']}"}), {}
     if op == "SubscribeToTask":
@@ -185,6 +223,16 @@ def request_target(op: str, request: A2AModel) -> tuple[str, str, bytes | None, 
     raise MethodNotFoundError(f"{op} has no A2A 0.3 REST route", method=op)
 
 
+def _list_query(data: Json) -> dict[str, str]:
+    # A 0.3 server needs none of these; relaykit's /v1/tasks honours them, the SDK's ignores them.
+    query = {k: str(data[k]) for k in ("contextId", "pageSize", "pageToken") if data.get(k)}
+    if data.get("status") not in (None, "", "TASK_STATE_UNSPECIFIED"):
+        query["status"] = STATE_OUT.get(str(data["status"]), str(data["status"]))
+    if data.get("historyLength") is not None:
+        query["historyLength"] = str(data["historyLength"] or 1)  # 0.3's 0 means "all": 1 is the nearest
+    return query
+
+
 def decode_response(op: Operation, payload: Any) -> Any:
     """A 0.3 REST response body as the 1.0 response model of ``op`` (``None`` for Empty)."""
     if op.response is None:
@@ -194,6 +242,9 @@ def decode_response(op: Operation, payload: Any) -> Any:
         return op.response.model_validate(pj.stream_in(data))
     if op.name in ("GetTask", "CancelTask"):
         return op.response.model_validate(pj.task_in(data))
+    if op.name == "ListTasks":
+        tasks = [pj.task_in(t) for t in (payload if isinstance(payload, list) else data.get("tasks", []))]
+        return op.response.model_validate({"tasks": tasks, "pageSize": len(tasks), "totalSize": len(tasks)})
     if op.name == "ListTaskPushNotificationConfigs":
         items = payload if isinstance(payload, list) else data.get("configs", [])
         return op.response.model_validate({"configs": [pj.config_in(c) for c in items]})

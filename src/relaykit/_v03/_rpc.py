@@ -14,6 +14,7 @@ delete answers ``null``; the extended card is the hybrid card. Errors keep the 1
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -128,7 +129,8 @@ def encode_result(op: str, result: Any) -> bytes:
 _ARTIFACT = b'{"artifactUpdate":'
 # Structural keys that need more than the text-part rewrite (an unescaped ``"key":`` only occurs as JSON structure:
 # inside strings quotes are escaped).
-_NOT_PLAIN = (b'"metadata":', b'"raw":', b'"url":', b'"data":')
+# One regex pass: half the cost of four substring scans, per chunk of a long stream (bench/v03_bench.py).
+_NOT_PLAIN = re.compile(rb'"(?:metadata|raw|url|data)":')
 
 
 def encode_event(data: bytes) -> bytes:
@@ -138,7 +140,7 @@ def encode_event(data: bytes) -> bytes:
     ``"kind":"text"``, the event ``"kind":"artifact-update"``); tests/v03/test_codec.py checks it against the general
     path, which decodes, converts and re-encodes.
     """
-    if data.startswith(_ARTIFACT) and not any(key in data for key in _NOT_PLAIN):
+    if data.startswith(_ARTIFACT) and _NOT_PLAIN.search(data) is None:
         body = data[len(_ARTIFACT) : -2].replace(b'{"text":', b'{"kind":"text","text":')
         return body + b',"kind":"artifact-update"}'
     return pydantic_core.to_json(j.event_out(pydantic_core.from_json(data)))

@@ -93,6 +93,7 @@ class JSONRPCBinding:
             check_json_content_type(scope, required=True)
             body = await read_body(scope, receive, self.max_body)
             envelope = await decode_json(body)
+            rid = _readable_id(envelope)  # set before the checks, so their errors carry it
             rid, method, params = self._envelope(envelope)
             auth = self.handler.auth
             principal = await authenticate(scope, auth, "JSONRPC")
@@ -170,12 +171,21 @@ class JSONRPCBinding:
         rid: Any,
         legacy: bool = False,
     ) -> None:
-        if name == "SubscribeToTask":
-            items = await self.handler.subscribe_to_task(request, call, last_event_id(scope))
-        else:
-            items = await self.handler.dispatch(method, request, call)
-        # Pull the first event before answering: an error up to here is an ordinary JSON-RPC error response.
-        first = await anext(items, None)
+        try:
+            if name == "SubscribeToTask":
+                items = await self.handler.subscribe_to_task(request, call, last_event_id(scope))
+            else:
+                items = await self.handler.dispatch(method, request, call)
+            # Pull the first event before answering: an error up to here is an ordinary JSON-RPC error response.
+            first = await anext(items, None)
+        except A2AError as exc:
+            if not legacy or exc.http_status in (401, 403):
+                raise
+            # A 0.3 client reads a streaming method's answer as SSE only (a2a-sdk 0.3 turns anything else into an
+            # "invalid SSE response"); 0.3 servers send such an error as the stream's one event, so do the same.
+            body = b"data: " + _error_body(rid, exc) + b"\n\n"
+            await send_bytes(send, 200, body, b"text/event-stream", extension_headers(call))
+            return
         prefix = b'{"jsonrpc":"2.0","id":' + pydantic_core.to_json(rid) + b',"result":'
 
         encode = v03.encode_event if legacy else None
@@ -223,3 +233,15 @@ def _result(rid: Any, data: bytes) -> bytes:
 
 def _error_body(rid: Any, exc: A2AError) -> bytes:
     return pydantic_core.to_json({"jsonrpc": "2.0", "id": rid, "error": exc.to_jsonrpc()})
+
+
+def _readable_id(envelope: Any) -> Any:
+    """The request's id when it can be read, else ``None``. JSON-RPC 2.0 §5: the response id is the request's; null
+    only when it cannot be detected (a parse error, a non-object, an id of the wrong type). A request whose id is fine
+    but whose ``jsonrpc`` or ``method`` is wrong gets its id back, so the client can match the error to its call (the
+    A2A 0.3 conformance kit requires this)."""
+    if isinstance(envelope, dict):
+        rid = envelope.get("id")
+        if isinstance(rid, str | int) and not isinstance(rid, bool):
+            return rid
+    return None
