@@ -171,6 +171,24 @@ async def test_pragmas_in_effect(tmp_path: Path) -> None:
             outside.close()
 
 
+async def test_synchronous_full_from_the_store_url(tmp_path: Path) -> None:
+    # What `--store sqlite:///…?synchronous=full` and create_app(store=…) build: FULL (2) on the store's own
+    # connection; the default stays NORMAL (1).
+    from relaykit.backends import open_store
+
+    for url, level in ((f"sqlite:///{tmp_path}/f.db?synchronous=full", 2), (f"sqlite:///{tmp_path}/n.db", 1)):
+        store = open_store(url)
+        assert isinstance(store, SQLiteTaskStore)
+        await store.start()
+        try:
+            assert await store._db.run(lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0]) == level
+            assert store.path == str(tmp_path / url.rsplit("/", 1)[1].partition("?")[0])
+        finally:
+            await store.close()
+    with pytest.raises(ValueError, match="synchronous=normal\\|full"):
+        open_store(f"sqlite:///{tmp_path}/x.db?synchronous=off")
+
+
 async def test_schema_is_namespaced_and_versioned(tmp_path: Path) -> None:
     path = tmp_path / "t.db"
     async with opened(path, namespace="alpha") as store:

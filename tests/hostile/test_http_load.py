@@ -25,6 +25,7 @@ RSS_BOUND = 150 * 1024 * 1024  # bytes; an idle echo server is ~50-60 MB
 PROBE_EVERY = 0.05
 PROBE_BOUND = 0.1  # seconds per /healthz answer
 IO_TIMEOUT = 5.0
+OK_BODY = b'{"status":"ok"}'  # GET /healthz
 
 
 @pytest.fixture(scope="module")
@@ -231,4 +232,29 @@ def test_stalled_body_is_dropped(server: ServerProcess) -> None:
         waited = time.monotonic() - t
     assert waited < BODY_TIMEOUT + 2.0
     # Either the 408 or a plain close: the request never reached the handler with a partial body.
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:80]
+
+
+def test_keep_alive_connection_keeps_its_timeouts(server: ServerProcess) -> None:
+    """One connection's timer outlives its requests: a client that sends whole requests for longer than the header
+    timeout is served throughout, and a head left unfinished after them is still cut off in time."""
+    with connect(server) as sock:
+        started = time.monotonic()
+        served = 0
+        while time.monotonic() - started < HEADER_TIMEOUT + 1.0:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"\r\n\r\n" + OK_BODY):  # the head and the body, nothing more
+                chunk = sock.recv(4096)
+                assert chunk, f"connection closed after {served} requests"
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+            served += 1
+            time.sleep(0.4)  # the client's pace, not synchronisation
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        t = time.monotonic()
+        answer = read_answer(sock)
+        waited = time.monotonic() - t
+    assert served >= 5
+    assert waited < HEADER_TIMEOUT + 2.0
     assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:80]

@@ -1,5 +1,7 @@
 """Store URLs (CONTRACT "Store grammar"): ``memory``; ``sqlite:///rel.db``, ``sqlite:////abs.db`` or a bare
-``*.db`` path; ``postgresql://…`` / ``postgres://…``. Each backend module is imported only when named."""
+``*.db`` path; ``postgresql://…`` / ``postgres://…``. Each backend module is imported only when named.
+
+A ``sqlite:///`` URL takes one option, ``?synchronous=normal|full`` (default ``normal``; see README "Durability")."""
 
 from __future__ import annotations
 
@@ -12,13 +14,26 @@ __all__ = ["open_push_store", "open_store", "sqlite_path"]
 
 
 def sqlite_path(url: str) -> str | None:
-    """The file path a SQLite store URL names, or ``None`` if the URL is not SQLite."""
+    """The file path a SQLite store URL names (without its options), or ``None`` if the URL is not SQLite."""
+    parsed = _sqlite_url(url)
+    return None if parsed is None else parsed[0]
+
+
+def _sqlite_url(url: str) -> tuple[str, str] | None:
+    # (path, synchronous level) of a SQLite store URL; None for another kind of store.
     if url.startswith("sqlite:///"):
-        return url[len("sqlite:///") :]
+        path, _, query = url[len("sqlite:///") :].partition("?")
+        synchronous = "normal"
+        for option in filter(None, query.split("&")):
+            name, _, value = option.partition("=")
+            if name != "synchronous" or value.lower() not in ("normal", "full"):
+                raise ValueError(f"invalid SQLite URL option {option!r} in {url!r}: use synchronous=normal|full")
+            synchronous = value.lower()
+        return path, synchronous
     if url.startswith("sqlite://"):
         raise ValueError(f"invalid SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////absolute.db")
     if "://" not in url and url.endswith(".db"):
-        return url
+        return url, "normal"
     return None
 
 
@@ -28,15 +43,16 @@ def open_store(url: str, *, namespace: str = "relaykit", shared: bool = False) -
     ``shared``: several replicas coordinated by the Redis bus use it (PostgreSQL only: no single-process guard)."""
     if url == "memory":
         return MemoryTaskStore()
-    path = sqlite_path(url)
-    if path is not None and shared:
+    parsed = _sqlite_url(url)
+    if parsed is not None and shared:
         raise ValueError(
             "a SQLite store serves one process; replicas sharing tasks over the Redis bus need postgresql://…"
         )
-    if path is not None:
+    if parsed is not None:
         from relaykit.backends.sqlite import SQLiteTaskStore
 
-        return SQLiteTaskStore(path, namespace=namespace)
+        path, synchronous = parsed
+        return SQLiteTaskStore(path, namespace=namespace, synchronous=synchronous)
     if url.startswith(("postgresql://", "postgres://")):
         _need_asyncpg()
         from relaykit.backends.postgres import PostgresTaskStore

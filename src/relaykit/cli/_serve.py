@@ -66,7 +66,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument(
         "--store",
         default=None,
-        help="memory | sqlite:///path.db | path.db | postgresql://… "
+        help="memory | sqlite:///path.db[?synchronous=full] | path.db | postgresql://… "
         "(env RELAYKIT_STORE; default sqlite:///relaykit.db)",
     )
     p.add_argument("--bus", default=None, help="memory | redis://… (env RELAYKIT_BUS; default memory)")

@@ -15,7 +15,8 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   is closed when the last of the two closes.
 * **Durable on acknowledgement.** ``journal_mode=WAL`` with ``synchronous=NORMAL``: a call that returned
   survives a crash of the process (an OS crash or power loss may lose the last transactions, never corrupt
-  the file). ``busy_timeout=5000`` makes outside readers (``sqlite3`` CLI, backups) wait instead of failing.
+  the file); ``synchronous="full"`` (URL ``?synchronous=full``) fsyncs every commit, so it survives those too.
+  ``busy_timeout=5000`` makes outside readers (``sqlite3`` CLI, backups) wait instead of failing.
 * **Atomic writes.** A ``save`` is one statement (one implicit transaction); ``fail_orphans`` is one
   explicit transaction; after a crash a write is either all there or not at all.
 * **Same order and cursor as every store.** ``status_ts`` is ``_paging.sort_key`` of the task given to

@@ -20,7 +20,7 @@ from typing import TypeVar
 from relaykit.backends._base import StoreLockedError
 from relaykit.backends.sqlite._schema import MIGRATIONS, SCHEMA_VERSION
 
-__all__ = ["BUSY_TIMEOUT_MS", "Database", "transaction"]
+__all__ = ["BUSY_TIMEOUT_MS", "SYNCHRONOUS", "Database", "transaction"]
 
 _T = TypeVar("_T")
 
@@ -28,6 +28,12 @@ BUSY_TIMEOUT_MS = 5000
 
 _NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}\Z")
 _MEMORY = ":memory:"
+
+# The ``synchronous`` levels a store may run at (PRAGMA synchronous values), the default first. NORMAL in WAL mode
+# fsyncs at checkpoints only: a commit survives the process dying, and never corrupts the file, but the last
+# commits may be lost when the machine does. FULL fsyncs the WAL on every commit, so they survive power loss too,
+# at one fsync per write.
+SYNCHRONOUS = ("normal", "full")
 
 
 @contextmanager
@@ -48,11 +54,14 @@ def transaction(conn: sqlite3.Connection) -> Iterator[None]:
 class Database:
     """One SQLite file: its owner lock, its one connection and the one thread that uses the connection."""
 
-    def __init__(self, path: str, namespace: str) -> None:
+    def __init__(self, path: str, namespace: str, synchronous: str = "normal") -> None:
         if not _NAMESPACE.match(namespace):
             raise ValueError(
                 f"invalid namespace {namespace!r}: letters, digits and underscores, not starting with a digit"
             )
+        if synchronous.lower() not in SYNCHRONOUS:
+            raise ValueError(f"invalid synchronous {synchronous!r}: one of {', '.join(SYNCHRONOUS)}")
+        self.synchronous = synchronous.lower()
         path = os.fspath(path)
         # Resolved once, now: the working directory may change later, messages should name the real file, and a
         # symlinked spelling of the same file must map to the same lock file.
@@ -131,7 +140,7 @@ class Database:
                     f"SQLite could not put {self.path} in WAL mode (journal_mode is {mode}); "
                     "is the file on a network filesystem?"
                 )
-            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             self._migrate(conn)
         except BaseException:
             # Released before the error reaches the caller, so whoever retries finds the file free.

@@ -34,13 +34,18 @@ _INTERRUPTED = (TaskState.INPUT_REQUIRED.value, TaskState.AUTH_REQUIRED.value)
 class SQLiteTaskStore(AttachedStore[Database]):
     """Tasks in one SQLite file (WAL), owned by this process while started.
 
-    >>> store = SQLiteTaskStore("relaykit.db")
+    ``synchronous``: ``"normal"`` (default; a write survives the process dying, the last ones may be lost on power
+    loss) or ``"full"`` (an fsync per write: they survive power loss too).
+
+    >>> store = SQLiteTaskStore("relaykit.db", synchronous="full")
     >>> store.path.endswith("relaykit.db")
     True
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, namespace: str = "relaykit") -> None:
-        self._db = Database(os.fspath(path), namespace)
+    def __init__(
+        self, path: str | os.PathLike[str], *, namespace: str = "relaykit", synchronous: str = "normal"
+    ) -> None:
+        self._db = Database(os.fspath(path), namespace, synchronous)
         self._started = False
         t = f"{namespace}_tasks"
         self._sql_get = f"SELECT body, version, event_seq FROM {t} WHERE id = ? AND tenant = ? AND owner = ?"
