@@ -3,7 +3,8 @@
 Two ``relaykit serve bench/echo.py --store memory`` processes, one with ``--auth-jwks`` (a JWKS served by this
 script, RS256 tokens minted by it, ``--auth-issuer`` / ``--auth-audience`` checked), are driven alternately
 (off, on, off, on, …) by the same load: ``--concurrency`` clients sending blocking SendMessage over JSON-RPC for
-``--duration`` seconds. Each client reuses one token, as a real client does until it expires. Server CPU is read from
+``--duration`` seconds. ``--concurrency`` tokens (one principal each, so the default per-principal quotas stay on)
+are reused, as real clients reuse theirs until they expire. Server CPU is read from
 ``/proc/PID/stat`` (user + system) around each phase; the result is microseconds of server CPU per request, medians
 over the rounds.
 
@@ -131,10 +132,15 @@ def main() -> None:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     jwks_server, idp = _serve_jwks(key)
     now = int(time.time())
-    claims = {"iss": idp, "aud": AUDIENCE, "sub": "bench", "iat": now, "exp": now + 3600}
-    token = jwt.encode(claims, key, algorithm="RS256", headers={"kid": "bench"})
+    claims = {"iss": idp, "aud": AUDIENCE, "iat": now, "exp": now + 3600}
+    # One principal per token: the per-principal request quota (200/s by default, docs/limits.md) stays in force,
+    # as in production, and one bench principal sending a whole server's load would only measure its refusals.
+    tokens = [
+        jwt.encode({**claims, "sub": f"bench-{n}"}, key, algorithm="RS256", headers={"kid": "bench"})
+        for n in range(args.concurrency)
+    ]
     distinct = [
-        jwt.encode({**claims, "jti": str(n)}, key, algorithm="RS256", headers={"kid": "bench"})
+        jwt.encode({**claims, "sub": f"bench-{n}"}, key, algorithm="RS256", headers={"kid": "bench"})
         for n in range(args.distinct_tokens)
     ]
     off, off_url = _start([])
@@ -143,7 +149,7 @@ def main() -> None:
     try:
         for n in range(args.rounds):
             results["off"].append(_phase(off, off_url, None, args))
-            results["on"].append(_phase(on, on_url, [token], args))
+            results["on"].append(_phase(on, on_url, tokens, args))
             line = f"round {n + 1}: off {results['off'][-1]:.0f} us/req, on {results['on'][-1]:.0f} us/req"
             if distinct:
                 results["distinct"].append(_phase(on, on_url, distinct, args))

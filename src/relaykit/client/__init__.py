@@ -18,7 +18,7 @@ from relaykit.client._card import (
     sign_card,
     verify_card,
 )
-from relaykit.client._client import Client
+from relaykit.client._client import Client, tls_verify
 from relaykit.client._policies import ResumePolicy, RetryPolicy
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport
 
@@ -40,5 +40,6 @@ __all__ = [
     "choose_interface",
     "parse_card",
     "sign_card",
+    "tls_verify",
     "verify_card",
 ]

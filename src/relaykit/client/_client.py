@@ -72,7 +72,7 @@ from relaykit.client._stream_view import Event, StreamView
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport, StreamEvent
 from relaykit.telemetry import client_span, client_tracer, span_current, start_client_span
 
-__all__ = ["Client", "ResumePolicy", "RetryPolicy"]
+__all__ = ["Client", "ResumePolicy", "RetryPolicy", "tls_verify"]
 
 InputHandler = Callable[[Task], Awaitable[Message | str] | Message | str]
 
@@ -88,6 +88,25 @@ DEFAULT_TRANSPORTS: tuple[str, ...] = ("JSONRPC", "HTTP+JSON", *(("GRPC",) if _g
 # The default policies: frozen, so every client may share one instance of each.
 _DEFAULT_RETRY = RetryPolicy()
 _DEFAULT_RESUME = ResumePolicy()
+
+
+def tls_verify(ca_certs: str | None = None, client_cert: str | tuple[str, str] | None = None) -> ssl.SSLContext | bool:
+    """What ``httpx`` should verify with: ``True`` (the system's CAs) without TLS material, else an SSL context that
+    trusts ``ca_certs`` and presents ``client_cert`` (``(certfile, keyfile)``, or one PEM file holding both).
+
+    ``Client`` uses it for its own HTTP client; give it to an ``httpx.AsyncClient`` you pass as ``Client(http=…)``
+    (and the same ``ca_certs`` / ``client_cert`` to the ``Client`` itself, for gRPC).
+
+    >>> tls_verify()
+    True
+    """
+    if ca_certs is None and client_cert is None:
+        return True
+    context = ssl.create_default_context(cafile=ca_certs)
+    if client_cert is not None:
+        certfile, keyfile = (client_cert, None) if isinstance(client_cert, str) else client_cert
+        context.load_cert_chain(certfile, keyfile)
+    return context
 
 
 class Client:
@@ -150,15 +169,9 @@ class Client:
         # TLS on every binding: the same CA bundle and client certificate for HTTP and for gRPC.
         self.ca_certs = ca_certs
         self.client_cert = client_cert
-        verify: ssl.SSLContext | bool = True
-        if ca_certs is not None or client_cert is not None:
-            verify = ssl.create_default_context(cafile=ca_certs)
-            if client_cert is not None:
-                certfile, keyfile = (client_cert, None) if isinstance(client_cert, str) else client_cert
-                verify.load_cert_chain(certfile, keyfile)
         # Long-running agents: no read timeout on streams unless asked; unary calls get ``timeout``.
         self._http = http or httpx.AsyncClient(
-            verify=verify,
+            verify=tls_verify(ca_certs, client_cert),
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         )
