@@ -18,8 +18,9 @@ from relaykit.client._card import (
     sign_card,
     verify_card,
 )
-from relaykit.client._client import Client, tls_verify
+from relaykit.client._client import Client
 from relaykit.client._policies import ResumePolicy, RetryPolicy
+from relaykit.client._tls import tls_verify
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport
 
 __all__ = [

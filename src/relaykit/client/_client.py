@@ -23,7 +23,6 @@ import asyncio
 import importlib
 import importlib.util
 import inspect
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -69,10 +68,11 @@ from relaykit.client._auth import Interceptor, TraceContext
 from relaykit.client._card import CardResolver, choose_interface
 from relaykit.client._policies import ResumePolicy, RetryPolicy, retryable
 from relaykit.client._stream_view import Event, StreamView
+from relaykit.client._tls import tls_verify
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport, StreamEvent
 from relaykit.telemetry import client_span, client_tracer, span_current, start_client_span
 
-__all__ = ["Client", "ResumePolicy", "RetryPolicy", "tls_verify"]
+__all__ = ["Client", "ResumePolicy", "RetryPolicy"]
 
 InputHandler = Callable[[Task], Awaitable[Message | str] | Message | str]
 
@@ -88,25 +88,6 @@ DEFAULT_TRANSPORTS: tuple[str, ...] = ("JSONRPC", "HTTP+JSON", *(("GRPC",) if _g
 # The default policies: frozen, so every client may share one instance of each.
 _DEFAULT_RETRY = RetryPolicy()
 _DEFAULT_RESUME = ResumePolicy()
-
-
-def tls_verify(ca_certs: str | None = None, client_cert: str | tuple[str, str] | None = None) -> ssl.SSLContext | bool:
-    """What ``httpx`` should verify with: ``True`` (the system's CAs) without TLS material, else an SSL context that
-    trusts ``ca_certs`` and presents ``client_cert`` (``(certfile, keyfile)``, or one PEM file holding both).
-
-    ``Client`` uses it for its own HTTP client; give it to an ``httpx.AsyncClient`` you pass as ``Client(http=…)``
-    (and the same ``ca_certs`` / ``client_cert`` to the ``Client`` itself, for gRPC).
-
-    >>> tls_verify()
-    True
-    """
-    if ca_certs is None and client_cert is None:
-        return True
-    context = ssl.create_default_context(cafile=ca_certs)
-    if client_cert is not None:
-        certfile, keyfile = (client_cert, None) if isinstance(client_cert, str) else client_cert
-        context.load_cert_chain(certfile, keyfile)
-    return context
 
 
 class Client:
