@@ -293,6 +293,12 @@ class AuthenticationRequiredError(A2AError):
     default_message = "Authentication required"
     challenges: tuple[str, ...] = ()
 
+    def www_authenticate(self) -> list[str]:
+        """The challenges a refusal carries: ``WWW-Authenticate`` headers on HTTP, ``www-authenticate`` trailing
+        metadata on gRPC (the same values, so a client learns how to authenticate on either); ``Bearer`` when no
+        scheme is known."""
+        return list(self.challenges) or ['Bearer realm="a2a"']
+
 
 class PermissionDeniedError(A2AError):
     """The caller is authenticated but not allowed to do this."""

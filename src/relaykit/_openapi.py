@@ -9,7 +9,10 @@ error responses from the error table in ``_errors``. Invariants:
 * ``operationId`` is the A2A method name (``x-a2a-method`` too, so a JSON-RPC console can build its envelopes); a
   second route of one operation gets ``<Name>_<verb>``;
 * every operation lists each HTTP status of the error table with the google.rpc.Status body (``A2AError``);
-* streaming operations answer ``text/event-stream``: each ``data:`` is a ``StreamResponse`` and ``id:`` its event id.
+* streaming operations answer ``text/event-stream``: each ``data:`` is a ``StreamResponse`` and ``id:`` its event id;
+* security comes from the card's ``securitySchemes`` / ``securityRequirements`` (the served card says what the server
+  enforces, ``relaykit.auth``): ``components.securitySchemes`` and a top-level ``security`` that every operation
+  inherits, except the public card's (``security: []``); no schemes, no security members.
 
 Core-level: imports only core modules, so any binding (or a tool) can serve or print it.
 """
@@ -19,16 +22,17 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from relaykit._card import AgentCard
+from relaykit._card import AgentCard, OAuthFlows, SecurityRequirement, SecurityScheme, StringList
 from relaykit._errors import _SERVER_ERRORS, DOMAIN, ERROR_INFO_TYPE, GRPC_CODES
 from relaykit._methods import OPERATIONS, Operation, Route
 from relaykit._model import A2AModel
 
-__all__ = ["OPENAPI_PATH", "openapi_document", "openapi_json"]
+__all__ = ["OPENAPI_PATH", "openapi_document", "openapi_json", "security_scheme_object"]
 
 OPENAPI_PATH = "/openapi.json"
 CARD_PATH = "/.well-known/agent-card.json"
@@ -119,10 +123,68 @@ def _error_responses() -> dict[str, Any]:
     # table but is an A2A error body too.
     by_status.setdefault(415, []).append("unsupported Content-Type (INVALID_REQUEST)")
     content = {_A2A_JSON: {"schema": {"$ref": _REF.format(model="A2AError")}}}
-    return {
+    out: dict[str, Any] = {
         str(status): {"description": "; ".join(names), "content": content}
         for status, names in sorted(by_status.items())
     }
+    out["401"]["headers"] = {
+        "WWW-Authenticate": {
+            "description": "One challenge per security scheme the server accepts (RFC 9110 §11.6.1).",
+            "schema": {"type": "string"},
+        }
+    }
+    return out
+
+
+def _flows(flows: OAuthFlows) -> dict[str, Any]:
+    """An A2A OAuthFlows as OpenAPI's (the device flow, which OpenAPI 3.1 lacks, as ``x-deviceCode``)."""
+    names = {
+        "authorization_code": "authorizationCode",
+        "client_credentials": "clientCredentials",
+        "implicit": "implicit",
+        "password": "password",
+        "device_code": "x-deviceCode",
+    }
+    out: dict[str, Any] = {}
+    for field, name in names.items():
+        flow = getattr(flows, field)
+        if flow is not None:
+            # The A2A field names are OpenAPI's (authorizationUrl, tokenUrl, refreshUrl, scopes); scopes is required.
+            out[name] = {"scopes": {}, **{k: v for k, v in flow.to_dict().items() if v not in ("", False)}}
+    return out
+
+
+def security_scheme_object(scheme: SecurityScheme) -> dict[str, Any]:
+    """A card's ``SecurityScheme`` as an OpenAPI 3.1 Security Scheme Object.
+
+    >>> security_scheme_object(SecurityScheme.api_key("X-API-Key"))
+    {'type': 'apiKey', 'name': 'X-API-Key', 'in': 'header'}
+    """
+    out: dict[str, Any]
+    if (api_key := scheme.api_key_security_scheme) is not None:
+        out, description = {"type": "apiKey", "name": api_key.name, "in": api_key.location}, api_key.description
+    elif (http := scheme.http_auth_security_scheme) is not None:
+        # OpenAPI's scheme is the RFC 7235 name, conventionally lower-case ("bearer"); matching is case-insensitive.
+        out, description = {"type": "http", "scheme": http.scheme.lower()}, http.description
+        if http.bearer_format:
+            out["bearerFormat"] = http.bearer_format
+    elif (oauth2 := scheme.oauth2_security_scheme) is not None:
+        out, description = {"type": "oauth2", "flows": _flows(oauth2.flows)}, oauth2.description
+        if oauth2.oauth2_metadata_url:
+            out["x-oauth2MetadataUrl"] = oauth2.oauth2_metadata_url
+    elif (oidc := scheme.open_id_connect_security_scheme) is not None:
+        out = {"type": "openIdConnect", "openIdConnectUrl": oidc.open_id_connect_url}
+        description = oidc.description
+    else:
+        mtls = scheme.mtls_security_scheme
+        out, description = {"type": "mutualTLS"}, mtls.description if mtls is not None else ""
+    if description:
+        out["description"] = description
+    return out
+
+
+def _security_requirement(requirement: SecurityRequirement) -> dict[str, list[str]]:
+    return {name: list(scopes.items) for name, scopes in requirement.schemes.items()}
 
 
 def _path_names(route: Route) -> list[str]:
@@ -241,8 +303,9 @@ def _card_operation() -> dict[str, Any]:
     return {
         "operationId": "GetAgentCard",
         "summary": "The public agent card",
-        "description": "The agent's self-description (no A2A-Version needed).",
+        "description": "The agent's self-description (no A2A-Version needed, no credential).",
         "tags": ["A2A"],
+        "security": [],  # public whatever the document's security says
         "responses": {
             "200": {
                 "description": "AgentCard",
@@ -252,12 +315,26 @@ def _card_operation() -> dict[str, Any]:
     }
 
 
-def openapi_document(*, server_url: str = "/", title: str = "A2A agent", description: str = "") -> dict[str, Any]:
-    """The OpenAPI 3.1 document of the HTTP+JSON binding served at ``server_url``.
+def openapi_document(
+    *,
+    server_url: str = "/",
+    title: str = "A2A agent",
+    description: str = "",
+    security_schemes: Mapping[str, SecurityScheme] | None = None,
+    security_requirements: Sequence[SecurityRequirement] = (),
+) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the HTTP+JSON binding served at ``server_url``; ``security_schemes`` /
+    ``security_requirements`` are the served card's (what the server enforces).
 
     >>> doc = openapi_document(server_url="http://localhost:8000")
     >>> doc["paths"]["/message:send"]["post"]["operationId"]
     'SendMessage'
+    >>> doc = openapi_document(
+    ...     security_schemes={"bearer": SecurityScheme.bearer("JWT")},
+    ...     security_requirements=[SecurityRequirement(schemes={"bearer": StringList()})],
+    ... )
+    >>> doc["components"]["securitySchemes"], doc["security"]
+    ({'bearer': {'type': 'http', 'scheme': 'bearer', 'bearerFormat': 'JWT'}}, [{'bearer': []}])
     """
     paths: dict[str, dict[str, Any]] = {CARD_PATH: {"get": _card_operation()}}
     for op in OPERATIONS:
@@ -269,16 +346,39 @@ def openapi_document(*, server_url: str = "/", title: str = "A2A agent", descrip
         " under a tenant prefix (/{tenant}/…). JSON-RPC 2.0 is served at the same base URL with POST /; its method"
         " names are the operationIds (x-a2a-method)."
     )
-    return {
+    doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": title, "version": "1.0", "description": text},
         "servers": [{"url": server_url}],
         "paths": paths,
         "components": {"schemas": {**copy.deepcopy(_schemas()), "A2AError": _error_schema()}},
     }
+    if security_schemes:
+        doc["components"]["securitySchemes"] = {
+            name: security_scheme_object(scheme) for name, scheme in security_schemes.items()
+        }
+        # A card with schemes but no requirement: each scheme alone is enough (how A2A clients read such a card).
+        requirements = list(security_requirements) or [
+            SecurityRequirement(schemes={name: StringList()}) for name in security_schemes
+        ]
+        doc["security"] = [_security_requirement(r) for r in requirements]
+    return doc
 
 
-def openapi_json(*, server_url: str = "/", title: str = "A2A agent", description: str = "") -> bytes:
+def openapi_json(
+    *,
+    server_url: str = "/",
+    title: str = "A2A agent",
+    description: str = "",
+    security_schemes: Mapping[str, SecurityScheme] | None = None,
+    security_requirements: Sequence[SecurityRequirement] = (),
+) -> bytes:
     """``openapi_document`` as UTF-8 JSON bytes."""
-    doc = openapi_document(server_url=server_url, title=title, description=description)
+    doc = openapi_document(
+        server_url=server_url,
+        title=title,
+        description=description,
+        security_schemes=security_schemes,
+        security_requirements=security_requirements,
+    )
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()

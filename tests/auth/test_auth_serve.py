@@ -94,6 +94,25 @@ def test_the_served_card_is_signed_and_names_the_scheme(
     assert "card-2026" in [k["kid"] for k in jwks["keys"]]
 
 
+def test_openapi_describes_the_enforced_security(keyed: ServerProcess) -> None:
+    from openapi_spec_validator import validate
+
+    # The description is public, as the card is: it tells a caller how to authenticate.
+    doc = httpx.get(keyed.url + "/openapi.json", timeout=T).json()
+    validate(doc)
+    assert doc["components"]["securitySchemes"] == {"apiKey": {"type": "apiKey", "name": "X-API-Key", "in": "header"}}
+    assert doc["security"] == [{"apiKey": []}]
+    assert doc["paths"]["/.well-known/agent-card.json"]["get"]["security"] == []
+    assert "WWW-Authenticate" in doc["paths"]["/message:send"]["post"]["responses"]["401"]["headers"]
+    # What the description says is what the server does: the declared key works, none is refused.
+    send = {"message": {"messageId": "m-openapi", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
+    for headers, status in (({}, 401), ({"X-API-Key": "alice-key"}, 200)):
+        answer = httpx.post(
+            keyed.url + "/message:send", json=send, headers={"A2A-Version": "1.0", **headers}, timeout=T
+        )
+        assert answer.status_code == status
+
+
 def _b64url(text: str) -> bytes:
     import base64
 

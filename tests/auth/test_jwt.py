@@ -24,7 +24,7 @@ from auth.whoami_agent import whoami
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from relaykit import Task
-from relaykit.auth import Auth, JWTAuthenticator
+from relaykit.auth import APIKeyAuthenticator, Auth, JWTAuthenticator
 from relaykit.client import BearerAuth, parse_card
 from relaykit.errors import AuthenticationRequiredError
 
@@ -136,12 +136,41 @@ async def test_http_401_carries_challenge_and_error_bodies(served: Served, idp: 
             assert (await http.get(path)).status_code == 200, path
 
 
-async def test_grpc_answers_unauthenticated(served: Served) -> None:
-    async with grpc.aio.insecure_channel(served.grpc) as channel:
-        call = channel.unary_unary("/lf.a2a.v1.A2AService/GetTask")
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await asyncio.wait_for(call(b"", metadata=(("a2a-version", "1.0"),)), T)
-    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+async def _refusal(channel: grpc.aio.Channel, method: str, streaming: bool, metadata: Any) -> grpc.aio.AioRpcError:
+    try:
+        if streaming:
+            [m async for m in channel.unary_stream(method)(b"", metadata=metadata)]
+        else:
+            await channel.unary_unary(method)(b"", metadata=metadata)
+    except grpc.aio.AioRpcError as exc:
+        return exc
+    raise AssertionError(f"{method} was served without a credential")
+
+
+async def test_grpc_unauthenticated_carries_the_http_challenges(
+    agent: Callable[..., Any], idp: IdentityProvider
+) -> None:
+    # Two schemes, so two challenges: gRPC's www-authenticate trailers are exactly HTTP's WWW-Authenticate headers.
+    jwt_auth = JWTAuthenticator(idp.jwks_url, issuer=idp.issuer, audience=AUDIENCE, min_refresh=0)
+    served = await agent(whoami, auth=Auth(jwt_auth, APIKeyAuthenticator({"ci-bot": "ci-key"})))
+    async with httpx.AsyncClient(base_url=served.url, timeout=T) as http:
+        refused = await http.get("/tasks/any-task", headers={"A2A-Version": "1.0"})
+    assert refused.status_code == 401
+    expected = refused.headers.get_list("www-authenticate")
+    assert len(expected) == 2
+    assert expected[0] == 'Bearer realm="a2a"'
+    calls = [  # (method, streaming, metadata): unary and streaming, 1.0 and 0.3, no credential and a bad one
+        ("/lf.a2a.v1.A2AService/GetTask", False, (("a2a-version", "1.0"),)),
+        ("/lf.a2a.v1.A2AService/SendStreamingMessage", True, (("a2a-version", "1.0"),)),
+        ("/lf.a2a.v1.A2AService/GetTask", False, (("a2a-version", "1.0"), ("authorization", "Bearer not.a.jwt"))),
+        ("/a2a.v1.A2AService/GetTask", False, ()),
+    ]
+    async with grpc.aio.insecure_channel(served.grpc) as channel, asyncio.timeout(T):
+        for method, streaming, metadata in calls:
+            refused_call = await _refusal(channel, method, streaming, metadata)
+            assert refused_call.code() == grpc.StatusCode.UNAUTHENTICATED, method
+            trailers = [v for k, v in refused_call.trailing_metadata() or () if k == "www-authenticate"]
+            assert trailers == expected, (method, metadata)
 
 
 async def test_the_card_describes_what_is_enforced(served: Served) -> None:

@@ -96,3 +96,74 @@ def test_schemathesis_finds_no_server_error_and_no_mismatch(echo: ServerProcess)
         run()
         tested.append(operation.label)
     assert len(tested) == sum(len(op.routes) for op in OPERATIONS) + 1  # + the card
+
+
+def test_security_schemes_of_every_kind_are_valid_openapi() -> None:
+    from openapi_spec_validator import validate
+
+    from relaykit._card import (
+        ClientCredentialsOAuthFlow,
+        DeviceCodeOAuthFlow,
+        MutualTlsSecurityScheme,
+        OAuth2SecurityScheme,
+        OAuthFlows,
+        OpenIdConnectSecurityScheme,
+        SecurityRequirement,
+        SecurityScheme,
+        StringList,
+    )
+
+    schemes = {
+        "bearer": SecurityScheme.bearer("JWT"),
+        "apiKey": SecurityScheme.api_key("X-API-Key", description="issued by ops"),
+        "oidc": SecurityScheme(
+            open_id_connect_security_scheme=OpenIdConnectSecurityScheme(
+                open_id_connect_url="https://idp.example/.well-known/openid-configuration"
+            )
+        ),
+        "mtls": SecurityScheme(mtls_security_scheme=MutualTlsSecurityScheme()),
+        "oauth": SecurityScheme(
+            oauth2_security_scheme=OAuth2SecurityScheme(
+                flows=OAuthFlows(
+                    client_credentials=ClientCredentialsOAuthFlow(
+                        token_url="https://idp.example/token", scopes={"tasks": "use the agent"}
+                    )
+                )
+            )
+        ),
+        "device": SecurityScheme(
+            oauth2_security_scheme=OAuth2SecurityScheme(
+                flows=OAuthFlows(
+                    device_code=DeviceCodeOAuthFlow(
+                        device_authorization_url="https://idp.example/device", token_url="https://idp.example/token"
+                    )
+                )
+            )
+        ),
+    }
+    requirements = [
+        SecurityRequirement(schemes={"bearer": StringList()}),
+        SecurityRequirement(schemes={"oauth": StringList(list=["tasks"]), "mtls": StringList()}),
+    ]
+    doc = openapi_document(security_schemes=schemes, security_requirements=requirements)
+    validate(doc)
+    described = doc["components"]["securitySchemes"]
+    assert described["bearer"] == {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
+    assert described["apiKey"] == {
+        "type": "apiKey",
+        "name": "X-API-Key",
+        "in": "header",
+        "description": "issued by ops",
+    }
+    assert described["oidc"]["type"] == "openIdConnect"
+    assert described["mtls"] == {"type": "mutualTLS"}
+    assert described["oauth"]["flows"]["clientCredentials"] == {
+        "tokenUrl": "https://idp.example/token",
+        "scopes": {"tasks": "use the agent"},
+    }
+    assert doc["security"] == [{"bearer": []}, {"oauth": ["tasks"], "mtls": []}]
+    assert doc["paths"]["/.well-known/agent-card.json"]["get"]["security"] == []
+    # No auth configured: no security members at all (anonymous, as the card says).
+    plain = openapi_document()
+    assert "security" not in plain
+    assert "securitySchemes" not in plain["components"]

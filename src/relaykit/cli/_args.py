@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
-__all__ = ["add_credentials", "parse_header", "request_headers"]
+__all__ = ["add_credentials", "parse_header", "request_headers", "tls_options"]
 
 
 def parse_header(text: str) -> tuple[str, str]:
@@ -22,7 +23,9 @@ def parse_header(text: str) -> tuple[str, str]:
 
 
 def add_credentials(group: argparse._ActionsContainer) -> None:
-    """``-H/--header NAME:VALUE`` (repeatable) and ``--token`` (default: env ``RELAYKIT_TOKEN``)."""
+    """``-H/--header NAME:VALUE`` (repeatable), ``--token`` (default: env ``RELAYKIT_TOKEN``) and the TLS files:
+    ``--ca`` (trust this CA bundle instead of the system's), ``--cert`` / ``--key`` (a client certificate, for an
+    agent that requires mutual TLS; ``--cert`` alone when one PEM file holds both)."""
     group.add_argument(
         "-H",
         "--header",
@@ -33,6 +36,28 @@ def add_credentials(group: argparse._ActionsContainer) -> None:
         help="send this HTTP header on every request (repeatable)",
     )
     group.add_argument("--token", default=None, help="bearer token (default: env RELAYKIT_TOKEN)")
+    group.add_argument("--ca", default=None, metavar="FILE", help="trust this PEM CA bundle (HTTPS and gRPC over TLS)")
+    group.add_argument("--cert", default=None, metavar="FILE", help="client certificate (PEM), for mutual TLS")
+    group.add_argument("--key", default=None, metavar="FILE", help="the client certificate's private key (PEM)")
+
+
+def tls_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``ca_certs`` / ``client_cert`` for ``relaykit.client.Client`` (and ``tls_verify``) from ``--ca/--cert/--key``.
+
+    Raises ``argparse.ArgumentTypeError`` for ``--key`` without ``--cert`` or a file that cannot be read (a usage
+    error, exit 2, rather than a TLS failure deep in a connection attempt).
+    """
+    if args.key and not args.cert:
+        raise argparse.ArgumentTypeError("--key needs --cert (the certificate it belongs to)")
+    for flag, path in (("--ca", args.ca), ("--cert", args.cert), ("--key", args.key)):
+        if path is not None and not os.path.isfile(path):
+            raise argparse.ArgumentTypeError(f"{flag}: no such file: {path}")
+    options: dict[str, Any] = {}
+    if args.ca:
+        options["ca_certs"] = args.ca
+    if args.cert:
+        options["client_cert"] = (args.cert, args.key) if args.key else args.cert
+    return options
 
 
 def request_headers(args: argparse.Namespace) -> dict[str, str]:

@@ -7,6 +7,7 @@
     relaykit send --no-wait http://localhost:8000 "long job"; relaykit subscribe http://localhost:8000 TASK_ID
     relaykit list http://localhost:8000 --state working
     relaykit chat http://localhost:8000
+    relaykit send https://agent.internal:8443 "hi" --ca ca.pem --cert me.crt --key me.key   # (mutual) TLS
 
 Output is for people by default; ``--json`` prints the result's ProtoJSON instead: one object for a unary result
 (``send``: the SendMessageResponse, ``get``/``cancel``: the Task, ``list``: one ListTasksResponse holding every page,
@@ -45,13 +46,14 @@ from relaykit._types import (
     Task,
     TaskState,
 )
-from relaykit.cli._args import add_credentials, request_headers
+from relaykit.cli._args import add_credentials, request_headers, tls_options
 from relaykit.cli._chat import chat
 from relaykit.cli._output import (
     EXIT_A2A,
     EXIT_CONNECTION,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_USAGE,
     LiveView,
     card_text,
     outcome,
@@ -62,7 +64,7 @@ from relaykit.cli._output import (
     task_details,
     task_summary,
 )
-from relaykit.client import CardResolver, Client
+from relaykit.client import CardResolver, Client, tls_verify
 
 __all__ = ["add_client_parsers", "parse_state", "run_client"]
 
@@ -191,6 +193,14 @@ def run_client(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     headers = request_headers(args)
+    try:
+        # One CA bundle and client certificate for every binding: the HTTP client below (card, JSON-RPC, REST)
+        # verifies with them, and the Client gets them for its gRPC channel.
+        tls = tls_options(args)
+        verify = tls_verify(**tls)
+    except (argparse.ArgumentTypeError, OSError) as exc:  # OSError: ssl.SSLError too (not a PEM, wrong key)
+        print(f"relaykit {args.command}: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
     waits = args.command in ("send", "subscribe", "chat")
     read = args.timeout if args.timeout is not None else (None if waits else UNARY_TIMEOUT)
     timeout = httpx.Timeout(read, connect=min(CONNECT_TIMEOUT, args.timeout or CONNECT_TIMEOUT))
@@ -198,8 +208,8 @@ async def _run(args: argparse.Namespace) -> int:
     if args.timeout is not None:
         options["stream_timeout"] = args.timeout
     command: Command = args.client_command
-    async with httpx.AsyncClient(timeout=timeout) as http:
-        client = Client(args.url, http=http, headers=headers, **options)
+    async with httpx.AsyncClient(timeout=timeout, verify=verify) as http:
+        client = Client(args.url, http=http, headers=headers, **options, **tls)
         try:
             if command is _card:
                 # Not ``connect()``: a card with no interface this client speaks is still worth showing.

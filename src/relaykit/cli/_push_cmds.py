@@ -29,7 +29,8 @@ import httpx
 
 from relaykit.backends._base import DeliveryHealth, from_epoch
 from relaykit.backends._url import sqlite_path
-from relaykit.cli._args import add_credentials, request_headers
+from relaykit.cli._args import add_credentials, request_headers, tls_options
+from relaykit.client import tls_verify
 from relaykit.push._status import STATUS_PATH, status_json
 
 __all__ = ["add_push_parser", "run_push_status"]
@@ -75,10 +76,15 @@ def _from_server(args: argparse.Namespace, url: str, task_id: str) -> int:
     if not url.startswith(("http://", "https://")):
         print(f"relaykit push status: {url!r} is not an http(s) URL", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        verify = tls_verify(**tls_options(args))
+    except (argparse.ArgumentTypeError, OSError) as exc:
+        print(f"relaykit push status: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     endpoint = url.rstrip("/") + STATUS_PATH.format(task_id=quote(task_id, safe=""))
     params = {"tenant": args.tenant} if args.tenant else None
     try:
-        response = httpx.get(endpoint, headers=headers, params=params, timeout=TIMEOUT)
+        response = httpx.get(endpoint, headers=headers, params=params, timeout=TIMEOUT, verify=verify)
     except httpx.HTTPError as exc:
         print(f"relaykit push status: cannot reach {url}: {exc}", file=sys.stderr)
         return EXIT_CONNECTION

@@ -20,6 +20,7 @@ from relaykit.client._card import (
 )
 from relaykit.client._client import Client
 from relaykit.client._policies import ResumePolicy, RetryPolicy
+from relaykit.client._tls import tls_verify
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport
 
 __all__ = [
@@ -40,5 +41,6 @@ __all__ = [
     "choose_interface",
     "parse_card",
     "sign_card",
+    "tls_verify",
     "verify_card",
 ]

@@ -23,7 +23,6 @@ import asyncio
 import importlib
 import importlib.util
 import inspect
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -69,6 +68,7 @@ from relaykit.client._auth import Interceptor, TraceContext
 from relaykit.client._card import CardResolver, choose_interface
 from relaykit.client._policies import ResumePolicy, RetryPolicy, retryable
 from relaykit.client._stream_view import Event, StreamView
+from relaykit.client._tls import tls_verify
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport, StreamEvent
 from relaykit.telemetry import client_span, client_tracer, span_current, start_client_span
 
@@ -150,15 +150,9 @@ class Client:
         # TLS on every binding: the same CA bundle and client certificate for HTTP and for gRPC.
         self.ca_certs = ca_certs
         self.client_cert = client_cert
-        verify: ssl.SSLContext | bool = True
-        if ca_certs is not None or client_cert is not None:
-            verify = ssl.create_default_context(cafile=ca_certs)
-            if client_cert is not None:
-                certfile, keyfile = (client_cert, None) if isinstance(client_cert, str) else client_cert
-                verify.load_cert_chain(certfile, keyfile)
         # Long-running agents: no read timeout on streams unless asked; unary calls get ``timeout``.
         self._http = http or httpx.AsyncClient(
-            verify=verify,
+            verify=tls_verify(ca_certs, client_cert),
             timeout=httpx.Timeout(timeout, connect=connect_timeout),
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         )

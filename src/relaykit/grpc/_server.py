@@ -19,7 +19,8 @@ the ``RequestHandler`` method the operation names, and encodes the result. Wire 
   same closures over the same handler, given the 0.3 codec's decode/encode (``relaykit._v03._grpc``).
 * **Auth**: every call, of either version, is authenticated by the server's one ``relaykit.auth.Auth`` (metadata
   such as ``authorization`` / ``x-api-key``, and the client certificate of a mutual-TLS channel) before its request
-  is decoded; a refusal is UNAUTHENTICATED (PERMISSION_DENIED from an interceptor), with the usual status details.
+  is decoded; a refusal is UNAUTHENTICATED (PERMISSION_DENIED from an interceptor), with the usual status details
+  and, for UNAUTHENTICATED, the HTTP ``WWW-Authenticate`` challenges as ``www-authenticate`` trailing metadata.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from relaykit._errors import (
     ERROR_INFO_TYPE,
     GRPC_CODES,
     A2AError,
+    AuthenticationRequiredError,
     InternalError,
     InvalidParamsError,
     VersionNotSupportedError,
@@ -106,10 +108,18 @@ def _pack(detail: dict[str, Any]) -> any_pb2.Any | None:
 
 
 def error_status(exc: A2AError) -> grpc.Status:
-    """The gRPC status of an error: its code, its message, and the details in ``grpc-status-details-bin``."""
+    """The gRPC status of an error: its code, its message, and the details in ``grpc-status-details-bin``.
+
+    UNAUTHENTICATED also carries the challenges (``www-authenticate``, one entry per scheme) as trailing metadata:
+    gRPC has no ``WWW-Authenticate`` header, and without them a client cannot tell which credential is expected.
+    """
     details = [d for d in (_pack(item) for item in exc.to_details()) if d is not None]
     status = status_pb2.Status(code=GRPC_CODES.get(exc.grpc_status, 13), message=exc.message, details=details)
-    return rpc_status.to_status(status)
+    result = rpc_status.to_status(status)
+    if isinstance(exc, AuthenticationRequiredError):
+        challenges = tuple(("www-authenticate", c) for c in exc.www_authenticate())
+        result = result._replace(trailing_metadata=(*result.trailing_metadata, *challenges))
+    return result
 
 
 def _check_version(value: str | None) -> None:

@@ -328,7 +328,15 @@ def _openapi_endpoint(card: AgentCard, public_url: str | None) -> Any:
 
     async def endpoint(request: Request) -> Response:
         if not body:
-            body.append(openapi_json(server_url=server_url, title=card.name, description=card.description))
+            body.append(
+                openapi_json(
+                    server_url=server_url,
+                    title=card.name,
+                    description=card.description,
+                    security_schemes=card.security_schemes,
+                    security_requirements=card.security_requirements,
+                )
+            )
         return Response(body[0], media_type="application/json", headers={"access-control-allow-origin": "*"})
 
     return endpoint

@@ -226,10 +226,9 @@ async def authenticate(scope: Scope, auth: Auth, binding: str) -> Principal:
 
 def auth_headers(exc: A2AError) -> list[tuple[bytes, bytes]]:
     """``WWW-Authenticate`` for a 401 (one per configured scheme; ``Bearer`` when none is known)."""
-    if exc.http_status != 401:
+    if not isinstance(exc, AuthenticationRequiredError):
         return []
-    challenges = getattr(exc, "challenges", None) or ['Bearer realm="a2a"']
-    return [(b"www-authenticate", c.encode("latin-1")) for c in challenges]
+    return [(b"www-authenticate", c.encode("latin-1")) for c in exc.www_authenticate()]
 
 
 def call_context(scope: Scope, tenant: str = "", principal: Principal = ANONYMOUS_PRINCIPAL) -> CallContext:

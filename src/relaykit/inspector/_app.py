@@ -240,7 +240,12 @@ class _Inspector:
                     doc = response.json() if response.status_code == 200 else None
                     if isinstance(doc, dict) and str(doc.get("openapi", "")).startswith("3."):
                         return JSONResponse({"source": "agent", "doc": doc})
-            doc = openapi_document(server_url=rest or session.url, title=card.name)
+            doc = openapi_document(
+                server_url=rest or session.url,
+                title=card.name,
+                security_schemes=card.security_schemes,
+                security_requirements=card.security_requirements,
+            )
         return JSONResponse({"source": "generated", "doc": doc})
 
 
