@@ -370,6 +370,9 @@ def add_quota_options(p: argparse.ArgumentParser) -> None:
     d = Quotas()
     p.add_argument("--quota-executions", type=int, default=d.executions, help="concurrent executions per principal")
     p.add_argument("--quota-streams", type=int, default=d.streams, help="open streams per principal")
+    p.add_argument(
+        "--quota-queued", type=int, default=d.queued, help="messages accepted but not yet running, per principal"
+    )
     p.add_argument("--quota-rate", type=float, default=d.rate, help="requests per second per principal")
     p.add_argument("--quota-burst", type=int, default=d.burst, help="request burst per principal")
     p.add_argument("--max-push-configs", type=int, default=d.push_configs, help="push configs per task")
@@ -380,6 +383,7 @@ def quotas_from(args: argparse.Namespace) -> Quotas:
     return Quotas(
         executions=getattr(args, "quota_executions", d.executions),
         streams=getattr(args, "quota_streams", d.streams),
+        queued=getattr(args, "quota_queued", d.queued),
         rate=getattr(args, "quota_rate", d.rate),
         burst=getattr(args, "quota_burst", d.burst),
         push_configs=getattr(args, "max_push_configs", d.push_configs),
