@@ -166,6 +166,18 @@ def _add_push_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--push-max-backoff", type=parse_duration, default=None, help="longest retry delay (default 5m)")
     p.add_argument("--push-max-age", type=parse_duration, default=None, help="give up after this long (default 1d)")
     p.add_argument(
+        "--push-suspend-after",
+        type=int,
+        default=None,
+        help="suspend a config after this many failed deliveries in a row (default 10; 0: never)",
+    )
+    p.add_argument(
+        "--push-suspend-seconds",
+        type=parse_duration,
+        default=None,
+        help="... spanning at least this long (default 60s)",
+    )
+    p.add_argument(
         "--push-signing-key",
         action="append",
         default=[],
@@ -187,6 +199,8 @@ def _push_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "backoff": args.push_backoff,
         "max_backoff": args.push_max_backoff,
         "max_age": args.push_max_age,
+        "suspend_after": args.push_suspend_after,
+        "suspend_seconds": args.push_suspend_seconds,
     }
     chosen = {k: v for k, v in fields.items() if v is not None}
     out: dict[str, Any] = {"push_events": args.push_events}
