@@ -8,6 +8,11 @@ request (an anonymous caller is exempt from them). With the limits on, the reque
 100,000/s so the benchmark measures what the check costs, not its refusals (the default 200/s would refuse it).
 
     python bench/limits_bench.py --rounds 3
+    python bench/limits_bench.py --cpu --rounds 4   # in process: CPU seconds (other processes' load does not count)
+
+``--cpu``: the same agent and the same authenticated caller through the ASGI app in this process (no sockets),
+quotas on vs off, alternating; ``time.process_time`` of 1,000 blocking SendMessage (best of 5) and of one
+100,000-chunk SendStreamingMessage read to the end.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -104,10 +110,65 @@ async def measure(url: str) -> dict[str, float]:
     }
 
 
+async def cpu_seconds(quotas: Any) -> dict[str, float]:
+    """CPU seconds in this process: 1,000 SendMessage (best of 5) and one 100,000-chunk stream."""
+    import importlib.util
+
+    from relaykit.auth import APIKeyAuthenticator, Auth
+    from relaykit.http._app import create_app
+    from relaykit.testing import StreamingASGITransport
+
+    spec = importlib.util.spec_from_file_location("bench_echo", ROOT / "bench" / "echo.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    auth = Auth(APIKeyAuthenticator({"bench": KEY}))
+    app = create_app(module.agent, store="memory", auth=auth, quotas=quotas)
+    await app.state.relaykit.start()
+    try:
+        transport = StreamingASGITransport(app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://b", headers=HEADERS, timeout=300) as http:
+            for _ in range(50):
+                await http.post("/", json=body("warm"))
+            best = float("inf")
+            for _ in range(5):
+                t = time.process_time()
+                for _ in range(1000):
+                    r = await http.post("/", json=body("hello"))
+                    assert b'"result"' in r.content, r.text
+                best = min(best, time.process_time() - t)
+            payload = body("stream 100000")
+            payload["method"] = "SendStreamingMessage"
+            t = time.process_time()
+            async with http.stream("POST", "/", json=payload) as r:
+                async for _ in r.aiter_lines():
+                    pass
+            stream = time.process_time() - t
+    finally:
+        await app.state.relaykit.stop()
+    return {"1,000 SendMessage: CPU s (best of 5)": best, "1 stream x100,000: CPU s": stream}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
-    rounds = parser.parse_args().rounds
+    parser.add_argument("--cpu", action="store_true", help="in process, CPU seconds (see the module docstring)")
+    options = parser.parse_args()
+    rounds = options.rounds
+    if options.cpu:
+        from relaykit.server._quotas import Quotas
+
+        cpu_modes = [("on", Quotas(rate=100_000, burst=100_000)), ("off", Quotas(0, 0, 0, 0, 0, 0))]
+        cpu: dict[str, dict[str, list[float]]] = {"on": {}, "off": {}}
+        loads = [os.getloadavg()[0]]
+        for i in range(rounds):
+            for mode, quotas in cpu_modes if i % 2 == 0 else cpu_modes[::-1]:
+                for name, value in asyncio.run(cpu_seconds(quotas)).items():
+                    cpu[mode].setdefault(name, []).append(value)
+                loads.append(os.getloadavg()[0])
+        report(cpu, loads)
+        return
     results: dict[str, dict[str, list[float]]] = {"on": {}, "off": {}}
     modes: list[tuple[str, list[str]]] = [("on", ON), ("off", OFF)]
     keys = Path(tempfile.mkdtemp()) / "api-keys"
@@ -123,6 +184,10 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(timeout=10)
             loads.append(os.getloadavg()[0])
+    report(results, loads)
+
+
+def report(results: dict[str, dict[str, list[float]]], loads: list[float]) -> None:
     print("| metric | limits on | limits off | on/off |")
     print("|---|---|---|---|")
     for name in results["on"]:

@@ -196,16 +196,10 @@ class QuotaLedger:
         except Exception as exc:  # the hold lapses with its lease
             log.warning("could not release a stream hold of %s: %s", principal, exc)
 
-    async def stream(self, principal: str, holder: str, items: AsyncIterator[_T]) -> AsyncIterator[_T]:
-        """``items``, counted as one open stream of ``principal`` until it ends (the count is taken before)."""
-        try:
-            async for item in items:
-                yield item
-        finally:
-            await self.close_stream(principal, holder)
-            close = getattr(items, "aclose", None)
-            if close is not None:
-                await close()
+    def stream(self, principal: str, holder: str, items: AsyncIterator[_T]) -> AsyncIterator[_T]:
+        """``items``, counted as one open stream of ``principal`` until it ends or is closed (the count is taken
+        before, by ``open_stream``)."""
+        return _Counted(self, principal, holder, items)
 
     # --- executions and queued messages --------------------------------------------------------------------
 
@@ -314,3 +308,45 @@ class QuotaLedger:
                 await self.shared.refresh(held, HOLD_LEASE)
             except Exception as exc:
                 log.warning("could not refresh %d quota hold(s): %s", len(held), exc)
+
+
+class _Counted:
+    """A stream counted against its principal until it ends or is closed (the bindings always close a stream).
+
+    A class, not an async generator, so the writers still see ``pending()`` (the events ready now: an SSE writer
+    sends a burst in one write; behind a generator it would write and flush every event)."""
+
+    __slots__ = ("_holder", "_items", "_ledger", "_principal")
+
+    def __init__(self, ledger: QuotaLedger, principal: str, holder: str, items: AsyncIterator[Any]) -> None:
+        self._ledger: QuotaLedger | None = ledger
+        self._principal = principal
+        self._holder = holder
+        self._items = items
+
+    def __aiter__(self) -> _Counted:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._items.__anext__()
+        except Exception:  # StopAsyncIteration or a failure: the stream is over
+            await self._release()
+            raise
+
+    def pending(self) -> int:
+        pending = getattr(self._items, "pending", None)
+        return int(pending()) if pending is not None else 0
+
+    async def aclose(self) -> None:
+        try:
+            close = getattr(self._items, "aclose", None)
+            if close is not None:
+                await close()
+        finally:
+            await self._release()
+
+    async def _release(self) -> None:
+        ledger, self._ledger = self._ledger, None
+        if ledger is not None:
+            await ledger.close_stream(self._principal, self._holder)
