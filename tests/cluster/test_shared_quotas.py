@@ -24,6 +24,8 @@ from cluster.deploy import Deploy
 from relaykit.backends.redis import RedisQuotas, connect_redis
 from relaykit.server._quotas import MemoryQuotaStore, QuotaStore
 
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+
 T = 20.0
 LONG = "300 0.05"  # the paced agent: 300 chunks 50 ms apart, i.e. an execution that runs ~15 s
 USERS = ("greedy", "polite", "queuer", "streamer", "fast")
@@ -43,6 +45,7 @@ def _refused(r: httpx.Response, what: str) -> None:
     assert what in r.json()["error"]["message"], r.text
 
 
+@pytest.mark.postgres
 async def test_quotas_hold_across_replicas(deploy: Deploy, tmp_path: Path, redis_url: str) -> None:
     keys = tmp_path / "api-keys"
     keys.write_text("".join(f"{user} {user}-key\n" for user in USERS))
