@@ -21,8 +21,9 @@ import pytest
 
 from cluster.client import A2A_HEADERS, message
 from cluster.deploy import Deploy
+from relaykit._errors import ResourceExhaustedError
 from relaykit.backends.redis import RedisQuotas, connect_redis
-from relaykit.server._quotas import MemoryQuotaStore, QuotaStore
+from relaykit.server._quotas import MemoryQuotaStore, QuotaLedger, Quotas, QuotaStore
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -169,3 +170,35 @@ async def test_token_bucket_is_shared(quota_store: QuotaStore) -> None:
     assert waits[:3] == [0.0, 0.0, 0.0]
     assert 0.0 < waits[3] <= 0.5
     assert await quota_store.take_token("other", 2.0, 3.0) == 0.0
+
+
+async def test_a_live_replicas_holds_stay_and_a_crashed_ones_lapse(quota_store: QuotaStore) -> None:
+    """Two ledgers on one store are two replicas: the live one's refresher keeps its hold past many leases; the
+    crashed one's hold (never released: a crash releases nothing) lapses within a lease of its last refresh."""
+    lease = 0.3
+    live = QuotaLedger(Quotas(streams=1), quota_store, lease=lease)
+    crashed = QuotaLedger(Quotas(streams=1), quota_store, lease=lease)
+    live.start()
+    crashed.start()
+    try:
+        hold = await live.open_stream("alice")
+        assert hold
+        await asyncio.sleep(lease * 3)  # three leases pass: the time under test, not a synchronisation
+        with pytest.raises(ResourceExhaustedError):
+            await crashed.open_stream("alice")
+        await live.close_stream("alice", hold)
+        assert await crashed.open_stream("alice")
+        await crashed.stop()  # its refresher stops, its hold is not released
+        with pytest.raises(ResourceExhaustedError):
+            await live.open_stream("alice")
+        deadline = time.monotonic() + lease * 4
+        while True:
+            try:
+                assert await live.open_stream("alice")
+                break
+            except ResourceExhaustedError:
+                assert time.monotonic() < deadline, "the crashed replica's hold did not lapse"
+                await asyncio.sleep(lease / 10)  # bounded poll of the lapse
+    finally:
+        await live.stop()
+        await crashed.stop()

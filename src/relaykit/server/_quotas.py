@@ -136,9 +136,12 @@ class MemoryQuotaStore:
 class QuotaLedger:
     """The live counts behind ``Quotas``: in this process, or in a ``QuotaStore`` shared by the replicas."""
 
-    def __init__(self, quotas: Quotas | None = None, shared: QuotaStore | None = None) -> None:
+    def __init__(
+        self, quotas: Quotas | None = None, shared: QuotaStore | None = None, *, lease: float = HOLD_LEASE
+    ) -> None:
         self.quotas = quotas if quotas is not None else Quotas()
         self.shared = shared
+        self.lease = lease  # of each shared hold; refreshed every third of it
         self._local = MemoryQuotaStore()
         self.streams: dict[str, int] = {}
         self._held: dict[tuple[str, str, str], None] = {}  # shared stream holds of this process, refreshed here
@@ -176,7 +179,7 @@ class QuotaLedger:
             self.streams[principal] = count + 1
             return ""
         holder = secrets.token_hex(8)
-        if await self.shared.hold(principal, [(STREAMS, holder, cap)], HOLD_LEASE) is not None:
+        if await self.shared.hold(principal, [(STREAMS, holder, cap)], self.lease) is not None:
             raise exhausted(refusal, 1.0)
         self._held[(principal, STREAMS, holder)] = None
         return holder
@@ -242,7 +245,7 @@ class QuotaLedger:
             holds.append((EXECUTIONS, task_id, q.executions))
         if q.queued > 0:
             holds.append((QUEUED, f"{task_id}:{message_id}", q.queued))
-        refused = await self.shared.hold(principal, holds, HOLD_LEASE)
+        refused = await self.shared.hold(principal, holds, self.lease)
         if refused == EXECUTIONS:
             raise exhausted(f"{principal} is running its limit of {q.executions} executions", 1.0)
         if refused == QUEUED:
@@ -300,12 +303,12 @@ class QuotaLedger:
     async def _refresh_loop(self) -> None:
         assert self.shared is not None
         while True:
-            await asyncio.sleep(HOLD_LEASE / 3)
+            await asyncio.sleep(self.lease / 3)
             held = self.holds()
             if not held:
                 continue
             try:
-                await self.shared.refresh(held, HOLD_LEASE)
+                await self.shared.refresh(held, self.lease)
             except Exception as exc:
                 log.warning("could not refresh %d quota hold(s): %s", len(held), exc)
 
