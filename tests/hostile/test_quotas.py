@@ -59,9 +59,11 @@ async def app_factory() -> AsyncIterator[Any]:
         app = create_app(held, store="memory", quotas=quotas, push_allow=("127.0.0.1",))
         await app.state.relaykit.start()
         apps.append(app)
+        make.engines.append(app.state.relaykit.engine)  # type: ignore[attr-defined]
         transport = StreamingASGITransport(with_test_users(app))
         return httpx.AsyncClient(transport=transport, base_url="http://t", headers={"A2A-Version": "1.0"}, timeout=20)
 
+    make.engines = []  # type: ignore[attr-defined]
     yield make
     gate["release"].set()
     for app in apps:
@@ -160,4 +162,42 @@ async def test_501st_push_config_is_refused(app_factory: Any) -> None:
         r = await client.post(
             f"/tasks/{task_id}/pushNotificationConfigs", json={"url": "http://127.0.0.1:9/hook/y", "id": "c7"}
         )
+        assert r.status_code == 200, r.text
+
+
+async def test_queued_messages_per_principal(app_factory: Any) -> None:
+    """Messages accepted but not yet running (waiting behind their task's execution) count against their
+    principal: past ``queued`` the next is refused, another principal's are still accepted."""
+    client = await app_factory(Quotas(queued=2))
+    waiting = []
+    async with client:
+        r = await client.post("/message:send", json=send_body("hold"), headers=as_user("queuer"))
+        task_id = r.json()["task"]["id"]
+
+        def follow_up() -> dict[str, Any]:
+            body = send_body("next")
+            body["message"]["taskId"] = task_id
+            return body
+
+        # Each follow-up answers once it starts running, i.e. after "hold": they wait in the background.
+        for _ in range(2):
+            waiting.append(
+                asyncio.create_task(client.post("/message:send", json=follow_up(), headers=as_user("queuer")))
+            )
+        engine = app_factory.engines[-1]
+        async with asyncio.timeout(TIMEOUT):
+            while sum(engine._waiting.values()) != 2:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # bounded poll of the two being queued
+        r = await client.post("/message:send", json=follow_up(), headers=as_user("queuer"))
+        assert r.status_code == 429, r.text
+        assert "2 messages waiting" in r.json()["error"]["message"]
+        assert int(r.headers["retry-after"]) >= 1
+        r = await client.post("/message:send", json=send_body("hi", immediate=False), headers=as_user("other"))
+        assert r.status_code == 200, r.text
+        # Once the queue drains (the held agent completes the task, so the follow-ups are refused then), queuer is
+        # served again.
+        gate["release"].set()
+        await asyncio.gather(*waiting)
+        assert not engine._waiting
+        r = await client.post("/message:send", json=send_body("hi", immediate=False), headers=as_user("queuer"))
         assert r.status_code == 200, r.text

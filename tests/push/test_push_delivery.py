@@ -140,6 +140,10 @@ def test_a_killed_server_delivers_what_was_pending_after_a_restart(
 
 
 def test_dead_letters_after_the_give_up_limit(recorder: Recorder, log_dir: Path, tmp_path: Path) -> None:
+    """Every notification gets its 3 attempts, then becomes a dead letter. The receiver fails for well under the
+    suspension time (60 s by default: a config is suspended only after 10 failures in a row spanning a minute), so a
+    short outage like this one costs retries, not the config; ``test_a_failing_receiver_is_suspended`` shows the
+    suspension."""
     store = f"sqlite:///{tmp_path / 'dead.db'}"
     recorder.control(fail_all=True, fail_status=500)
     server = Server(
@@ -231,3 +235,44 @@ def test_configs_added_after_creation_receive_later_events(recorder: Recorder, l
     for records in got.values():
         assert state_of(records[-1]["json"]) == "TASK_STATE_COMPLETED"
     assert [c["configId"] for c in status["configs"]] == ["a", "b"]
+
+
+def test_a_failing_receiver_is_suspended(recorder: Recorder, log_dir: Path) -> None:
+    """Issue 14 (Build 4): a config whose receiver keeps failing is suspended: after ``--push-suspend-after``
+    failures in a row (spanning ``--push-suspend-seconds``) nothing more is attempted, what was queued becomes dead
+    letters, the status says so; registering the config again resumes it."""
+    recorder.control(fail_all=True, fail_status=500)
+    args = ("--push-allow", "127.0.0.1", "--push-retries", "5", "--push-suspend-after", "2")
+    server = Server("examples/ask.py", *args, "--push-suspend-seconds", "0", *FAST, log_dir=log_dir)
+    try:
+        config = {"id": "flaky", "url": recorder.url("/flaky")}
+        task = server.send("hello", push=config).json()["task"]
+        assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        suspended = _status_when(server, task["id"], lambda c: c["suspended"] and c["pending"] == 0, "suspension")
+        # Two attempts, both failed; nothing after (a retry of the first event, the later events).
+        [health] = suspended["configs"]
+        assert (health["failures"], health["consecutiveFailures"], health["delivered"]) == (2, 2, 0)
+        assert health["dead"] >= 1
+        assert len(recorder.records("/flaky")) == 2
+        # Registering the config again resumes it: the follow-up's events are delivered.
+        recorder.control(fail_all=False)
+        reply = httpx.post(
+            f"{server.base}/tasks/{task['id']}/pushNotificationConfigs",
+            json={"taskId": task["id"], **config},
+            headers=A2A,
+            timeout=10,
+        )
+        assert reply.status_code == 200, reply.text
+        assert not server.status(task["id"])["configs"][0]["suspended"]
+        assert server.send("Ada", task_id=task["id"]).json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        accepted = wait_until(
+            lambda: (
+                records
+                if (records := recorder.accepted("/flaky")) and state_of(records[-1]["json"]) == "TASK_STATE_COMPLETED"
+                else None
+            ),
+            what="COMPLETED delivered after resuming",
+        )
+    finally:
+        server.stop()
+    assert len(recorder.records("/flaky")) == 2 + len(accepted)

@@ -229,7 +229,8 @@ def assemble(
 
     The options are ``create_app``'s (see there), less the HTTP ones. ``public_url`` (default ``DEFAULT_PUBLIC_URL``)
     is the base of the card's JSON-RPC and HTTP+JSON interfaces and the push JWT issuer; ``grpc_url`` adds the
-    GRPC interface. ``quotas``: per-principal limits (``relaykit.server._quotas.Quotas``; defaults when None). The
+    GRPC interface. ``quotas``: per-principal limits (``relaykit.server._quotas.Quotas``; defaults when None), shared by
+    the replicas in scale-out mode (``relaykit.backends.redis.RedisQuotas``). The
     default store is ``memory`` (``relaykit serve`` defaults to SQLite). ``protocols``: the A2A
     versions served, ``("1.0", "0.3")`` by default; ``"1.0"`` turns 0.3 off (its requests get VersionNotSupported).
 
@@ -336,8 +337,19 @@ def assemble(
     )
     if card_signer is not None:
         served = card_signer.sign(served)
+    shared_quotas = None
+    if redis_url is not None:
+        from relaykit.backends.redis import RedisQuotas
+
+        shared_quotas = RedisQuotas(event_bus.client, namespace=namespace, url=redis_url)  # type: ignore[attr-defined]
     handler = RequestHandler(
-        engine, served, push_store=push_store, extended_card=extended_card, auth=auth, quotas=quotas
+        engine,
+        served,
+        push_store=push_store,
+        extended_card=extended_card,
+        auth=auth,
+        quotas=quotas,
+        shared_quotas=shared_quotas,
     )
     if sender is not None:
         handler.push_url_check = sender.check_config

@@ -105,6 +105,7 @@ class A2AServer:
                 await self.push_sender.start()
             if self.engine.cluster is None:
                 await self.engine.recover()
+            self.handler.quotas.start()
             if self.retention:
                 self._purger = asyncio.create_task(self._purge_loop(self.retention), name="relaykit-retention")
             if self.retention_interrupted:
@@ -157,6 +158,7 @@ class A2AServer:
                 purger.cancel()
         self._purger = self._purger_interrupted = None
         await self.engine.shutdown(self.grace)
+        await self.handler.quotas.stop()
         if self.push_sender is not None:
             # After the engine: the notifications of its last events (e.g. "server shutdown") are queued by now.
             await self.push_sender.stop(drain=min(self.grace, 2.0))

@@ -291,7 +291,8 @@ class DeliveryHealth:
     """Delivery health of one push config of one task.
 
     ``delivered`` / ``failures`` count successful / failed attempts; ``consecutive_failures`` resets on success;
-    ``pending`` notifications wait for delivery; ``dead`` ones were given up on (dead letters).
+    ``pending`` notifications wait for delivery; ``dead`` ones were given up on (dead letters); ``suspended``: the
+    sender stopped delivering to it (as seen by the process that answers).
     """
 
     task_id: str
@@ -307,6 +308,7 @@ class DeliveryHealth:
     last_error: str = ""
     pending: int = 0
     dead: int = 0
+    suspended: bool = False  # its receiver kept failing: nothing more is attempted (relaykit.push._suspend)
 
 
 def from_epoch(value: float | None) -> datetime | None:

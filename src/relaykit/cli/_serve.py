@@ -166,6 +166,18 @@ def _add_push_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--push-max-backoff", type=parse_duration, default=None, help="longest retry delay (default 5m)")
     p.add_argument("--push-max-age", type=parse_duration, default=None, help="give up after this long (default 1d)")
     p.add_argument(
+        "--push-suspend-after",
+        type=int,
+        default=None,
+        help="suspend a config after this many failed deliveries in a row (default 10; 0: never)",
+    )
+    p.add_argument(
+        "--push-suspend-seconds",
+        type=parse_duration,
+        default=None,
+        help="... spanning at least this long (default 60s)",
+    )
+    p.add_argument(
         "--push-signing-key",
         action="append",
         default=[],
@@ -187,6 +199,8 @@ def _push_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "backoff": args.push_backoff,
         "max_backoff": args.push_max_backoff,
         "max_age": args.push_max_age,
+        "suspend_after": args.push_suspend_after,
+        "suspend_seconds": args.push_suspend_seconds,
     }
     chosen = {k: v for k, v in fields.items() if v is not None}
     out: dict[str, Any] = {"push_events": args.push_events}
@@ -370,6 +384,9 @@ def add_quota_options(p: argparse.ArgumentParser) -> None:
     d = Quotas()
     p.add_argument("--quota-executions", type=int, default=d.executions, help="concurrent executions per principal")
     p.add_argument("--quota-streams", type=int, default=d.streams, help="open streams per principal")
+    p.add_argument(
+        "--quota-queued", type=int, default=d.queued, help="messages accepted but not yet running, per principal"
+    )
     p.add_argument("--quota-rate", type=float, default=d.rate, help="requests per second per principal")
     p.add_argument("--quota-burst", type=int, default=d.burst, help="request burst per principal")
     p.add_argument("--max-push-configs", type=int, default=d.push_configs, help="push configs per task")
@@ -380,6 +397,7 @@ def quotas_from(args: argparse.Namespace) -> Quotas:
     return Quotas(
         executions=getattr(args, "quota_executions", d.executions),
         streams=getattr(args, "quota_streams", d.streams),
+        queued=getattr(args, "quota_queued", d.queued),
         rate=getattr(args, "quota_rate", d.rate),
         burst=getattr(args, "quota_burst", d.burst),
         push_configs=getattr(args, "max_push_configs", d.push_configs),

@@ -17,6 +17,7 @@ from relaykit.cli._serve import (
     _add_push_options,
     add_cluster_options,
     add_observability_options,
+    add_quota_options,
     build_server,
     setup_observability,
 )
@@ -39,6 +40,8 @@ def add_worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
     add_cluster_options(p)
+    # The same quotas as the API replicas: a worker releases the executions and queued messages they counted.
+    add_quota_options(p)
     p.add_argument(
         "--debug",
         action="store_true",

@@ -30,7 +30,7 @@ class ConfigCache:
         self.store = store
         self.size = size
         self.on_delete: Callable[[StreamKey], None] | None = None
-        self.on_put: Callable[[], None] | None = None
+        self.on_put: Callable[[StreamKey], None] | None = None  # told (tenant, owner, task id, config id)
         self.on_change: Callable[[TaskKey], None] | None = None
         self._entries: collections.OrderedDict[TaskKey, dict[str, TaskPushNotificationConfig]] = (
             collections.OrderedDict()
@@ -76,7 +76,7 @@ class ConfigCache:
 
     async def put(self, config: TaskPushNotificationConfig, *, owner: str = "anonymous") -> None:
         if self.on_put is not None:
-            self.on_put()
+            self.on_put((config.tenant, owner, config.task_id, config.id))
         self._writes += 1
         await self.store.put(config, owner=owner)
         self._writes += 1

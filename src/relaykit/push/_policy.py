@@ -20,6 +20,8 @@ class DeliveryPolicy:
     ``min(max_backoff, backoff * 2**(n-1))`` seconds, minus up to ``jitter`` of it at random (and at least a
     ``Retry-After`` the receiver asked for, up to ``max_backoff``). An entry is given up on (dead letter) after
     ``max_attempts`` attempts, or once it is ``max_age`` seconds old. ``concurrency``: requests in flight at once.
+    A config is suspended after ``suspend_after`` failed deliveries in a row spanning at least ``suspend_seconds``
+    (``relaykit.push._suspend``; ``suspend_after=0`` never suspends).
 
     >>> DeliveryPolicy(backoff=0.05, max_attempts=3).max_attempts
     3
@@ -32,6 +34,8 @@ class DeliveryPolicy:
     jitter: float = 0.5
     max_age: float = 86400.0
     concurrency: int = 64
+    suspend_after: int = 10
+    suspend_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         if self.timeout <= 0 or self.max_attempts < 1 or self.backoff < 0 or self.concurrency < 1:

@@ -11,7 +11,8 @@ stream's queue (one stream per (task, config)), and one runner per stream delive
 
 A 2xx removes the entry; anything else (or a timeout, default 10 s for the whole request) is retried with
 exponential backoff and jitter, honouring ``Retry-After``, until ``max_attempts`` attempts or ``max_age`` seconds,
-and then the entry becomes a dead letter. Redirects are not followed. The SSRF guard runs again at connect time.
+and then the entry becomes a dead letter; a config whose receiver keeps failing is suspended (``_suspend``).
+Redirects are not followed. The SSRF guard runs again at connect time.
 A restart resumes the outbox's pending entries; with an outbox shared by replicas, each sender also sweeps it every
 third of the lease and takes over the streams of a replica that died (their leases expired). One runner per stream
 (and a store lease) means two deliveries of the same (task, config) never overlap.
@@ -60,6 +61,7 @@ from relaykit.push._policy import DeliveryPolicy
 from relaykit.push._rate import NotificationGate
 from relaykit.push._signing import SIGNATURE_HEADER, PushSigner
 from relaykit.push._ssrf import GuardedBackend, WebhookGuard
+from relaykit.push._suspend import Suspensions
 
 if TYPE_CHECKING:
     from relaykit.server._active import ActiveTask
@@ -142,7 +144,7 @@ class PushSender:
             raise ValueError(f"push_events must be 'all' or 'state' (got {events!r})")
         self.configs = configs if isinstance(configs, ConfigCache) else ConfigCache(configs)
         self.configs.on_delete = self._discard
-        self.configs.on_put = self.arm
+        self.configs.on_put = self._registered
         self._engine: TaskEngine | None = None
         self.outbox = outbox
         self.policy = policy or DeliveryPolicy()
@@ -159,6 +161,8 @@ class PushSender:
         self._last_state: collections.OrderedDict[str, TaskState] = collections.OrderedDict()
         # Notifications per task beyond state changes: rate per second, burst deep (push amplification bound).
         self.gate = NotificationGate(*notify_rate)
+        # Configs whose receiver keeps failing: suspended (push._suspend).
+        self.suspensions = Suspensions(self.policy.suspend_after, self.policy.suspend_seconds)
         self._slots = asyncio.Semaphore(self.policy.concurrency)
         self._stopping = asyncio.Event()
         self._idle = asyncio.Event()  # set while no stream has anything queued
@@ -288,6 +292,12 @@ class PushSender:
         if self._engine is not None and self._engine.on_event is None:
             self._engine.on_event = self.on_event
 
+    def _registered(self, key: StreamKey) -> None:
+        """A config was stored (created, or registered again): push is armed, and a suspended config resumes."""
+        self.arm()
+        if self.suspensions:
+            self.suspensions.resume(key)
+
     async def check_config(self, url: str, field: str) -> None:
         """The request handler's webhook URL check: the SSRF guard, then ``arm``."""
         await self.guard.check_config(url, field)
@@ -327,7 +337,12 @@ class PushSender:
         now = time.time()
         legacy: bytes | None = None
         trace = self.telemetry.capture() if self.telemetry is not None else None
+        suspensions = self.suspensions
         for config in configs:
+            if suspensions and suspensions.suspended((active.tenant, active.owner, task_id, config.id)):
+                if self.telemetry is not None:
+                    self.telemetry.push_outcome("suspended")
+                continue  # its receiver keeps failing: not attempted, not stored (push._suspend)
             body = data
             if config.protocol_version:
                 # A webhook registered over A2A 0.3 gets what 0.3 sends: the task as it stands, in the 0.3 shape.
@@ -464,10 +479,14 @@ class PushSender:
         if ok:
             stream.queue.popleft()
             writer.delivered(entry, outcome)
+            self.suspensions.succeeded(key)
             if tel is not None:
                 tel.push_outcome("delivered")
             return True
         entry.last_error = error
+        if self.suspensions.failed(key, now, error):
+            self._suspend(stream, outcome, now)
+            return True
         if entry.attempts >= self.policy.max_attempts:
             entry.dead_at = now
             stream.queue.popleft()
@@ -488,6 +507,21 @@ class PushSender:
         if tel is not None:
             tel.push_outcome("retried")
         return not self._stopping.is_set()
+
+    def _suspend(self, stream: _Stream, outcome: DeliveryOutcome, now: float) -> None:
+        """The stream's config was just suspended: what it has queued becomes dead letters, none attempted."""
+        writer = self._writer
+        assert writer is not None
+        reason = self.suspensions.reason(stream.key)
+        attempt: DeliveryOutcome | None = outcome  # recorded once, with the entry it was made for
+        for entry in stream.queue:
+            entry.last_error = reason
+            entry.dead_at = now
+            writer.dead(entry, attempt)
+            attempt = None
+            if self.telemetry is not None:
+                self.telemetry.push_outcome("suspended")
+        stream.queue.clear()
 
     def headers(self, entry: OutboxEntry, config: TaskPushNotificationConfig) -> dict[str, str]:
         """The headers of one delivery attempt of ``entry`` to ``config``."""
@@ -566,6 +600,7 @@ class PushSender:
         for config in configs:
             row = rows.pop(config.id, None) or DeliveryHealth(task_id, config.id, tenant, owner)
             row.url = config.url
+            row.suspended = self.suspensions.suspended((tenant, owner, task_id, config.id))
             out.append(row)
         out.extend(rows.values())
         return out

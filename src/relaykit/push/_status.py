@@ -6,7 +6,10 @@ like GetTask: a task the caller may not see answers 404 TaskNotFound) returns::
 
     {"taskId": "…", "configs": [{"configId": "…", "url": "…", "delivered": 3, "failures": 1,
       "consecutiveFailures": 0, "pending": 0, "dead": 0, "lastSuccess": "2026-…Z", "lastFailure": "2026-…Z",
-      "lastError": "HTTP 503"}]}
+      "lastError": "HTTP 503", "suspended": false}]}
+
+``suspended``: the serving process stopped delivering to this config (its receiver kept failing; ``relaykit.push.
+_suspend``); always false when read from a store directly.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def health_json(health: DeliveryHealth) -> dict[str, Any]:
         "lastSuccess": format_timestamp(health.last_success) if health.last_success else None,
         "lastFailure": format_timestamp(health.last_failure) if health.last_failure else None,
         "lastError": health.last_error,
+        "suspended": health.suspended,
     }
 
 

@@ -103,6 +103,12 @@ class TaskEngine(Runner, Readers):
         self._running = 0
         self.max_per_principal = 0  # RequestHandler sets it from its Quotas
         self._by_owner: dict[str, int] = {}
+        self.max_queued_per_principal = 0  # likewise
+        self._waiting: dict[str, int] = {}
+        self.on_start: Any = None
+        # Scale-out quotas (server._quotas, shared by replicas): awaited as gate(principal, task id, message id) when
+        # the front accepts a message; raises the 429, returns what undoes it should the acceptance fail, or None.
+        self.quota_gate: Any = None
         self._accepting = False
         self._started = False
         self._sync_store = isinstance(self.store, MemoryTaskStore)
@@ -178,6 +184,7 @@ class TaskEngine(Runner, Readers):
             active.cancel_reason = "shutdown"
             for req in active.requests:
                 req.reject(ServiceUnavailableError("server is shutting down"))
+            self._unqueue(active.owner, len(active.requests))
             active.requests.clear()
             if active.runner is not None:
                 active.runner.cancel()

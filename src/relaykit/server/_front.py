@@ -174,7 +174,10 @@ class Front:
             if original is not None:
                 return None, task_id, key, True, original, None
         fresh = False
+        undo = None
         try:
+            if engine.quota_gate is not None:  # per-principal quotas shared by the replicas (server._quotas)
+                undo = await engine.quota_gate(owner, task_id, message.message_id)
             new = await self._accept(request, call, task_id)
             fresh = new is not None
             tap, _ = await self.bus.open(task_id, execution=message.message_id)
@@ -190,6 +193,8 @@ class Front:
         except BaseException:
             if key:
                 await self.queue.drop(key)
+            if undo is not None:
+                await undo()
             if fresh:
                 with contextlib.suppress(Exception):
                     await self.store.delete(task_id, tenant=tenant, owner=owner)

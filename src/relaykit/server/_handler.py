@@ -44,7 +44,7 @@ from relaykit.backends._base import PushConfigStore, TaskQuery
 from relaykit.backends.memory import MemoryPushConfigStore
 from relaykit.server._context import CallContext
 from relaykit.server._engine import StreamItem, TaskEngine
-from relaykit.server._quotas import QuotaLedger, Quotas, exhausted
+from relaykit.server._quotas import QuotaLedger, Quotas, QuotaStore, exhausted
 from relaykit.telemetry._seam import Telemetry
 
 __all__ = ["ExtendedCardProvider", "RequestHandler", "trim_history"]
@@ -76,13 +76,15 @@ class RequestHandler:
         extended_card: ExtendedCardProvider | None = None,
         auth: Auth | None = None,
         quotas: Quotas | None = None,
+        shared_quotas: QuotaStore | None = None,
     ) -> None:
         self.engine = engine
         # Who may call: every binding authenticates and authorizes through this one object (relaykit.auth).
         self.auth = auth if auth is not None else Auth()
-        # Per-principal quotas (server._quotas): requests per second and open streams here, executions in the runner.
-        self.quotas = QuotaLedger(quotas)
-        engine.max_per_principal = self.quotas.quotas.executions
+        # Per-principal quotas (server._quotas): requests per second and open streams here, executions and queued
+        # messages in the runner (or, shared by replicas, where the scale-out front accepts a message).
+        self.quotas = QuotaLedger(quotas, shared_quotas)
+        self.quotas.bind(engine)
         self.card = card
         self.push_store: PushConfigStore = push_store if push_store is not None else MemoryPushConfigStore()
         self.extended_card = extended_card
@@ -152,11 +154,11 @@ class RequestHandler:
         """SendStreamingMessage: (seq, event, encoded StreamResponse) items."""
         self._require_streaming()
         await self._check_inline_push(request)
-        counted = self.quotas.open_stream(call.user)
+        hold = await self.quotas.open_stream(call.user)
         items: AsyncIterator[StreamItem] = self.engine.stream(request, call)
         if request.configuration is not None and request.configuration.task_push_notification_config is not None:
             items = self._bind_push_on_first(request, items, call)
-        return self.quotas.stream(call.user, items) if counted else items
+        return self.quotas.stream(call.user, hold, items) if hold is not None else items
 
     async def _bind_push_on_first(
         self, request: SendMessageRequest, items: AsyncIterator[StreamItem], call: CallContext
@@ -223,16 +225,16 @@ class RequestHandler:
     ) -> AsyncIterator[StreamItem]:
         """SubscribeToTask: snapshot first (or the events after ``last_event_id``), then until terminal."""
         self._require_streaming()
-        self.quotas.charge(call.user)  # bindings call this directly, not through dispatch
-        counted = self.quotas.open_stream(call.user)
+        await self.quotas.charge(call.user)  # bindings call this directly, not through dispatch
+        hold = await self.quotas.open_stream(call.user)
         try:
             items = await self.engine.subscribe(request.id, call, tenant=request.tenant, last_event_id=last_event_id)
         except BaseException:
-            if counted:
-                self.quotas.close_stream(call.user)
+            if hold is not None:
+                await self.quotas.close_stream(call.user, hold)
             raise
-        if counted:
-            items = self.quotas.stream(call.user, items)
+        if hold is not None:
+            items = self.quotas.stream(call.user, hold, items)
         if self.telemetry is not None:
             return self.telemetry.watch(items, operation="SubscribeToTask")
         return items
@@ -313,7 +315,7 @@ class RequestHandler:
 
     async def dispatch(self, method: str, request: A2AModel, call: CallContext) -> Any:
         """Call the handler method an operation names (``Operation.handler``)."""
-        self.quotas.charge(call.user)
+        await self.quotas.charge(call.user)
         fn: Callable[[Any, CallContext], Awaitable[Any]] = getattr(self, method)
         if self.telemetry is not None:
             return await self.telemetry.dispatch(method, fn, request, call)

@@ -96,6 +96,10 @@ class Runner(Cancellation):
     max_concurrent: int
     max_per_principal: int  # concurrent executions per principal (0: no limit); set by RequestHandler from Quotas
     _by_owner: dict[str, int]
+    max_queued_per_principal: int  # messages waiting to run per principal (0: no limit); likewise
+    _waiting: dict[str, int]
+    # Told (active, pending) as a message starts running (scale-out quotas release its place in the queue).
+    on_start: Any
     max_queued: int
     # The messages admitted within the idempotency window (a repeat gets the original's outcome).
     recent: RecentMessages
@@ -161,13 +165,16 @@ class Runner(Cancellation):
             raise ResourceExhaustedError(
                 f"task {active.task_id} already has {self.max_queued} messages waiting; retry later"
             )
+        owner = active.owner
+        queue_cap = self.max_queued_per_principal
+        if queue_cap > 0 and owner != ANONYMOUS and self._waiting.get(owner, 0) >= queue_cap:
+            raise exhausted(f"{owner} already has {queue_cap} messages waiting; retry later", 1.0)
         if active.runner is None:
             if self._running >= self.max_concurrent:
                 raise ResourceExhaustedError(
                     f"the server is running its limit of {self.max_concurrent} executions; retry later"
                 )
             # Per principal (server._quotas; anonymous is exempt): one caller cannot take every execution slot.
-            owner = active.owner
             if self.max_per_principal > 0 and owner != ANONYMOUS:
                 running = self._by_owner.get(owner, 0)
                 if running >= self.max_per_principal:
@@ -176,6 +183,8 @@ class Runner(Cancellation):
         self.registry[active.task_id] = active
         self._idle.clear()
         active.requests.append(pending)
+        if queue_cap > 0 and owner != ANONYMOUS:
+            self._waiting[owner] = self._waiting.get(owner, 0) + 1
         if active.runner is None:
             self._running += 1
             # The loop its futures were made on (get_running_loop costs a getpid system call each time).
@@ -222,6 +231,9 @@ class Runner(Cancellation):
         try:
             while active.requests:
                 pending = active.requests.popleft()
+                self._unqueue(active.owner, 1)
+                if self.on_start is not None:
+                    self.on_start(active, pending)
                 task = active.task
                 if task is not None and task.status.state in TERMINAL:
                     pending.reject(
@@ -263,12 +275,22 @@ class Runner(Cancellation):
             if self.on_idle is not None:
                 self.on_idle(active)
 
+    def _unqueue(self, owner: str, count: int) -> None:
+        """``count`` messages of ``owner`` left the queue (started, or dropped)."""
+        waiting = self._waiting.get(owner)
+        if waiting is not None and count:
+            if waiting > count:
+                self._waiting[owner] = waiting - count
+            else:
+                del self._waiting[owner]
+
     def _abandon(self, active: ActiveTask, pending: PendingRequest) -> None:
         error = InternalError("the server could not record this task; try again")
         for req in (pending, *active.requests):
             req.reject(error)
             if req.tap is not None:
                 req.tap.finish()
+        self._unqueue(active.owner, len(active.requests))
         active.requests.clear()
         active.current = None
         active.context = None

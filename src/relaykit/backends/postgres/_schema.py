@@ -13,7 +13,7 @@ from typing import Any
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_namespace", "lock_key", "migrate"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema version this relaykit writes; older schemas are migrated on start, newer ones refused."""
 
 _NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}\Z")
@@ -124,6 +124,12 @@ MIGRATIONS: list[list[str]] = [
     # re-runs a lost worker's message, exactly as it was sent (configuration, metadata, extensions). Catalog only.
     [
         "ALTER TABLE {ns}_tasks ADD COLUMN request BYTEA",
+    ],
+    # 5: a big task's body without its artifacts (``_tasks.LEAN``), written with the body by every statement that
+    # writes the body, so ListTasks (artifacts left out by default) never reads or parses a big artifact. NULL: a
+    # small body (or a row written before this version), trimmed when listed. Catalog only.
+    [
+        "ALTER TABLE {ns}_tasks ADD COLUMN lean BYTEA",
     ],
 ]
 

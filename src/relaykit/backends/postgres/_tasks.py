@@ -31,6 +31,26 @@ __all__ = ["PostgresTaskStore"]
 _ACTIVE = [TaskState.SUBMITTED.value, TaskState.WORKING.value]
 _TERMINAL = [state.value for state in TaskState if state.is_terminal]
 _INTERRUPTED = [TaskState.INPUT_REQUIRED.value, TaskState.AUTH_REQUIRED.value]
+LEAN = 64 * 1024  # bytes: a body longer than this also gets its lean copy (without artifacts) in the ``lean`` column
+
+
+def _without(body: str, fields: tuple[str, ...]) -> str:
+    """SQL: the task JSON ``body`` (bytea) less the top-level ``fields`` (our constant names, never client input).
+
+    As ``json``, not ``jsonb``: it keeps a text's \\u0000 escapes."""
+    names = ", ".join(f"'{name}'" for name in fields)
+    return (
+        f"(SELECT json_object_agg(key, value)::text FROM json_each(convert_from({body}, 'UTF8')::json) "
+        f"WHERE key NOT IN ({names}))"
+    )
+
+
+def lean(body: str) -> str:
+    """SQL: the ``lean`` column for the body ``body`` is written with (NULL for a small body). The database pays
+    the JSON parse once per write of a big task (checkpoints are bounded, ``server._recorder``), instead of at
+    every ListTasks."""
+    typed = f"{body}::bytea"  # a parameter's type is not inferred from the column it is also written to
+    return f"CASE WHEN octet_length({typed}) > {LEAN} THEN convert_to({_without(typed, ('artifacts',))}, 'UTF8') END"
 
 
 class PostgresTaskStore(AttachedStore[Database]):
@@ -71,18 +91,18 @@ class PostgresTaskStore(AttachedStore[Database]):
         self._table = t
         self._sql_get = f"SELECT body, version, event_seq FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3"
         self._sql_insert = (
-            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING"
+            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request, "
+            f"lean) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, {lean('$9')}) ON CONFLICT (id) DO NOTHING"
         )
         # Scope in the WHERE clause too: a record can never move a task to another tenant or owner.
         self._sql_update = (
-            f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9 "
-            "WHERE id = $1 AND tenant = $2 AND owner = $3 AND version = $10"
+            f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9, "
+            f"lean = {lean('$9')} WHERE id = $1 AND tenant = $2 AND owner = $3 AND version = $10"
         )
         # The claimant's write (save_claimed): the same update, moving the claim with it.
         self._sql_update_claimed = (
             f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9, "
-            "worker = $11 WHERE id = $1 AND tenant = $2 AND owner = $3 AND version = $10"
+            f"lean = {lean('$9')}, worker = $11 WHERE id = $1 AND tenant = $2 AND owner = $3 AND version = $10"
         )
         self._sql_delete = f"DELETE FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3"
         self._sql_active = (
@@ -90,7 +110,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         )
         self._sql_fail = (
             f"UPDATE {t} AS o SET state = u.state, status_ts = u.status_ts, version = o.version + 1, "
-            "event_seq = o.event_seq + 1, body = u.body "
+            f"event_seq = o.event_seq + 1, body = u.body, lean = {lean('u.body')} "
             "FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[]) AS u(id, state, status_ts, body) "
             "WHERE o.id = u.id"
         )
@@ -251,20 +271,19 @@ class PostgresTaskStore(AttachedStore[Database]):
         limit = len(params)
         body = "p.body"
         dropped = dropped_fields(query.history_length, query.include_artifacts)
-        if dropped:
-            # Fields the page leaves out are removed by PostgreSQL (as ``json``, not ``jsonb``: it keeps a text's
-            # \u0000 escapes), so this process never parses them.
-            params.append(list(dropped))
-            body = (
-                "(SELECT json_object_agg(key, value)::text FROM json_each(convert_from(p.body, 'UTF8')::json) "
-                f"WHERE key <> ALL(${len(params)}::text[]))"
-            )
+        if dropped == ("artifacts",):
+            # A big body's lean copy is the answer as it stands; a small one is trimmed (cheap).
+            body = f"COALESCE(convert_from(p.lean, 'UTF8'), {_without('p.body', dropped)})"
+        elif dropped:
+            # Fields the page leaves out are removed by PostgreSQL, from the lean copy when there is one, so this
+            # process never parses them and the database never reads a big artifact.
+            body = _without("COALESCE(p.lean, p.body)" if "artifacts" in dropped else "p.body", dropped)
         # The count and the page in one statement: one snapshot and one round trip. The LEFT JOIN keeps the count
         # row when the page is empty.
         sql = (
             f"SELECT c.total, p.status_ts, p.id, {body} "
             f"FROM (SELECT count(*) AS total FROM {self._table} WHERE {' AND '.join(where)}) AS c "
-            f"LEFT JOIN LATERAL (SELECT status_ts, id, body FROM {self._table} WHERE {' AND '.join(page_where)} "
+            f"LEFT JOIN LATERAL (SELECT status_ts, id, body, lean FROM {self._table} WHERE {' AND '.join(page_where)} "
             f"ORDER BY status_ts DESC, id DESC LIMIT ${limit}) AS p ON true "
             "ORDER BY p.status_ts DESC, p.id DESC"
         )
