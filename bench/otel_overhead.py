@@ -145,12 +145,13 @@ async def _call(app: Any, body: bytes) -> bytes:
 
 
 def _request(method: str, text: str, n: int) -> bytes:
+    # One messageId per request: a reused one is taken as a retry (idempotency window) and answered from the store.
     return json.dumps(
         {
             "jsonrpc": "2.0",
             "id": n,
             "method": method,
-            "params": {"message": {"role": "ROLE_USER", "messageId": f"m-{n}", "parts": [{"text": text}]}},
+            "params": {"message": {"role": "ROLE_USER", "messageId": f"{method}-{n}", "parts": [{"text": text}]}},
         }
     ).encode()
 

@@ -45,7 +45,7 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             unary_inner = handler.unary_unary
 
             async def unary(request: Any, context: Any) -> Any:
-                call, call_token, span_token = telemetry.begin("grpc", _metadata(details), operation)
+                call, call_token, span_token = telemetry.begin("grpc", _metadata(details), operation, version)
                 try:
                     return await unary_inner(request, context)
                 except BaseException:
@@ -63,7 +63,7 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             stream_inner = handler.unary_stream
 
             async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
-                call, call_token, span_token = telemetry.begin("grpc", _metadata(details), operation)
+                call, call_token, span_token = telemetry.begin("grpc", _metadata(details), operation, version)
                 try:
                     async for item in stream_inner(request, context):
                         yield item
