@@ -169,13 +169,14 @@ def meter_bridge(metrics: Metrics) -> None:
     for name, (kind, unit, _labels, help_text) in METRICS.items():
         if kind == "histogram":
             histograms[name] = meter.create_histogram(name, unit=unit or "1", description=help_text)
-        elif kind == "counter":
+        elif kind in ("counter", "updown"):
 
             def count(_options: Any, name: str = name) -> Any:
                 series = metrics.counters.get(name, {})
                 return [otel_metrics.Observation(v, attributes(name, k)) for k, v in list(series.items())]
 
-            meter.create_observable_counter(name, callbacks=[count], unit=unit or "1", description=help_text)
+            make = meter.create_observable_counter if kind == "counter" else meter.create_observable_up_down_counter
+            make(name, callbacks=[count], unit=unit or "1", description=help_text)
         else:
 
             def observe(_options: Any, name: str = name) -> Any:

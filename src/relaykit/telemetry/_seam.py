@@ -29,6 +29,7 @@ from typing import Any
 from relaykit._errors import A2AError
 from relaykit._methods import OPERATIONS
 from relaykit._model import Encoded
+from relaykit._state import TERMINAL
 from relaykit._types import Message, SendMessageResponse, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 from relaykit.telemetry._metrics import Metrics
 
@@ -42,6 +43,7 @@ _TASK: ContextVar[tuple[str, str] | None] = ContextVar("relaykit_task", default=
 _PROPAGATED = frozenset({b"traceparent", b"tracestate", b"baggage"})
 # handler method -> operation name (SendMessage, ...)
 _OPERATION = {op.handler: op.name for op in OPERATIONS}
+_FINAL = frozenset(state.name for state in TERMINAL)
 _RPC_ERROR = re.compile(rb'"error":\{"code":(-?\d+)')
 _REST_REASON = re.compile(rb'"reason":"([A-Z_]{1,80})"')
 _TASK_FIELDS = re.compile(rb'"task":\{"id":"([^"]{1,200})","contextId":"([^"]{1,200})","status":\{"state":"(\w+)"')
@@ -221,6 +223,8 @@ class Telemetry:
         self.tracer: Any = None
         self._otel: Any = None
         self._attributes: dict[tuple[str, str, str], dict[str, str]] = {}
+        # task id -> the state it was counted in, for a task this process moved into a state that is not final
+        self._parked: dict[str, str] = {}
         if tracing:
             from relaykit.telemetry import _otel
 
@@ -229,9 +233,7 @@ class Telemetry:
 
     # --- the edges: one server span and one requests/duration record per request ------------------------------
 
-    def begin(
-        self, binding: str, headers: Any, operation: str = "", version: str = ""
-    ) -> tuple[_Call, object, object]:
+    def begin(self, binding: str, headers: Any, operation: str = "", version: str = "") -> tuple[_Call, object, object]:
         """Start serving a request: its ``_Call``, made current, and its span (child of the incoming context), with
         what is known now (gRPC knows the operation and version; HTTP learns them while serving) as its start
         attributes."""
@@ -240,9 +242,8 @@ class Telemetry:
         if self.tracer is not None:
             otel = self._otel
             parent = otel.extract(headers)
-            call.span = otel.start_span(
-                self.tracer, operation or "A2A", otel.SERVER, parent, self._start_attributes(binding, operation, version)
-            )
+            attributes = self._start_attributes(binding, operation, version)
+            call.span = otel.start_span(self.tracer, operation or "A2A", otel.SERVER, parent, attributes)
             call.named = bool(operation and version)
             span_token = otel.attach(call.span, parent)
         return call, _CALL.set(call), span_token
@@ -260,9 +261,7 @@ class Telemetry:
                 self._attributes[key] = found
         return found
 
-    def end(
-        self, call: _Call, call_token: object, span_token: object, version: str = "1.0", status: int = 0
-    ) -> None:
+    def end(self, call: _Call, call_token: object, span_token: object, version: str = "1.0", status: int = 0) -> None:
         operation = call.operation or "unknown"
         outcome = call.error or "ok"
         metrics = self.metrics
@@ -400,6 +399,23 @@ class Telemetry:
         if self.tracer is None or not self.detail:
             return _NO_SPAN
         return self._otel.span(self.tracer, name, {"a2a.task.id": task_id})
+
+    def task_state(self, active: Any, state: str) -> None:
+        """Move the tasks-by-state gauge when a write changes a task's state: down in the state this process last
+        counted it in (on this live task, or parked from an earlier one while not final), up in the new one."""
+        metrics = self.metrics
+        if metrics is None or active.state_seen == state:
+            return
+        old = active.state_seen or self._parked.pop(active.task_id, "")
+        if old:
+            metrics.add("a2a.server.tasks", (old,), -1.0)
+        metrics.add("a2a.server.tasks", (state,))
+        active.state_seen = state
+        if state in _FINAL:
+            self._parked.pop(active.task_id, None)
+        else:
+            # The live task may be dropped from memory (input required, idle) and come back for the next message.
+            self._parked[active.task_id] = state
 
     # --- the work queue ---------------------------------------------------------------------------------------
 
