@@ -326,7 +326,10 @@ class PushSender:
             return  # over the task's notification budget: coalesced into its next one (push._rate)
         now = time.time()
         legacy: bytes | None = None
-        trace = self.telemetry.capture() if self.telemetry is not None else None
+        trace = traceparent = None
+        if self.telemetry is not None:
+            trace = self.telemetry.capture()
+            traceparent = self.telemetry.traceparent(trace)
         for config in configs:
             body = data
             if config.protocol_version:
@@ -345,6 +348,7 @@ class PushSender:
                     owner=active.owner,
                     created_at=now,
                     trace=trace,
+                    traceparent=traceparent or "",
                 )
             )
         if state is not None and self.outbox.durable:

@@ -17,6 +17,7 @@ try:
     from opentelemetry import metrics as otel_metrics
     from opentelemetry import propagate, trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError("OpenTelemetry is not installed: pip install 'relaykit[otel]' (tracing and OTLP export)") from exc
 
@@ -91,6 +92,22 @@ def from_bytes(data: bytes) -> Any:
     except ValueError:
         return None
     return propagate.extract(carrier) if isinstance(carrier, dict) else None
+
+
+_W3C = TraceContextTextMapPropagator()
+
+
+def traceparent(ctx: Any) -> str:
+    """The W3C ``traceparent`` of the span current in ``ctx`` (``""`` without one): what a stored record keeps."""
+    found = trace.get_current_span(ctx).get_span_context()
+    if not found.is_valid:
+        return ""
+    return f"00-{found.trace_id:032x}-{found.span_id:016x}-{int(found.trace_flags):02x}"
+
+
+def from_traceparent(value: str) -> Any:
+    """The context a stored ``traceparent`` names (its span as a remote parent)."""
+    return _W3C.extract({"traceparent": value})
 
 
 def start_span(t: trace.Tracer, name: str, kind: SpanKind, parent: Any, attributes: dict[str, Any]) -> Any:

@@ -364,6 +364,10 @@ class Telemetry:
         """The context a message is admitted in (its execution's parent)."""
         return self._otel.current() if self.tracer is not None else None
 
+    def traceparent(self, ctx: Any) -> str:
+        """``ctx``'s W3C traceparent, for a record that outlives the process (a push outbox entry)."""
+        return self._otel.traceparent(ctx) if self.tracer is not None and ctx is not None else ""
+
     async def run_execution(self, execute: Callable[[Any, Any], Awaitable[None]], active: Any, pending: Any) -> None:
         """Run one execution inside its span (parent: the admitting request); count how it ended."""
         span = token = None
@@ -451,14 +455,15 @@ class Telemetry:
             yield None
             return
         otel = self._otel
-        span = otel.start_span(
-            self.tracer,
-            "a2a.push.deliver",
-            otel.CLIENT,
-            entry.trace,
-            {"a2a.task.id": entry.task_id, "a2a.push.config.id": entry.config_id, "server.address": url_host},
-        )
-        token = otel.attach(span, entry.trace)
+        parent = entry.trace
+        attributes = {"a2a.task.id": entry.task_id, "a2a.push.config.id": entry.config_id, "server.address": url_host}
+        if parent is None and entry.traceparent:
+            # Resumed from the outbox (after a restart, or taken over from another replica): the stored traceparent
+            # keeps the attempt in the trace of the request that produced the event.
+            parent = otel.from_traceparent(entry.traceparent)
+            attributes["a2a.push.resumed"] = True
+        span = otel.start_span(self.tracer, "a2a.push.deliver", otel.CLIENT, parent, attributes)
+        token = otel.attach(span, parent)
         try:
             otel.inject(headers)
             yield span
