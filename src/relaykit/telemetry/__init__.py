@@ -16,6 +16,7 @@ from typing import Any
 
 from relaykit.telemetry._logs import JSONFormatter, use_json_logs
 from relaykit.telemetry._metrics import METRICS, Metrics
+from relaykit.telemetry._scrape import serve_metrics
 from relaykit.telemetry._seam import Telemetry, current_ids
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "client_tracer",
     "configure_otel",
     "current_ids",
+    "serve_metrics",
     "span_current",
     "start_client_span",
     "telemetry_for",
