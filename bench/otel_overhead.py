@@ -1,6 +1,6 @@
 """What observability costs: server CPU per SendMessage and per 1,000-chunk stream, side by side in one run.
 
-    python bench/otel_overhead.py [--rounds 3] [--sends 3000] [--streams 5]
+    python bench/otel_overhead.py [--rounds 3] [--sends 3000] [--streams 20]
 
 Configurations (each a fresh process, alternated a b c d e a b c d e …, medians of the rounds):
 
@@ -197,7 +197,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sends", type=int, default=3000)
-    parser.add_argument("--streams", type=int, default=5)
+    parser.add_argument("--streams", type=int, default=20)
     parser.add_argument("--child", default=None)
     parser.add_argument("--configs", default="abcde", help="which configurations to run (default: all)")
     args = parser.parse_args()
