@@ -44,6 +44,7 @@ _PROPAGATED = frozenset({b"traceparent", b"tracestate", b"baggage"})
 # handler method -> operation name (SendMessage, ...)
 _OPERATION = {op.handler: op.name for op in OPERATIONS}
 _FINAL = frozenset(state.name for state in TERMINAL)
+_PARKED_MAX = 65536
 _RPC_ERROR = re.compile(rb'"error":\{"code":(-?\d+)')
 _REST_REASON = re.compile(rb'"reason":"([A-Z_]{1,80})"')
 _TASK_FIELDS = re.compile(rb'"task":\{"id":"([^"]{1,200})","contextId":"([^"]{1,200})","status":\{"state":"(\w+)"')
@@ -419,7 +420,10 @@ class Telemetry:
             self._parked.pop(active.task_id, None)
         else:
             # The live task may be dropped from memory (input required, idle) and come back for the next message.
-            self._parked[active.task_id] = state
+            parked = self._parked
+            parked[active.task_id] = state
+            if len(parked) > _PARKED_MAX:  # bounded: a task that never comes back is forgotten, oldest first
+                del parked[next(iter(parked))]
 
     # --- the work queue ---------------------------------------------------------------------------------------
 
