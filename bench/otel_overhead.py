@@ -1,6 +1,6 @@
 """What observability costs: server CPU per SendMessage and per 1,000-chunk stream, side by side in one run.
 
-    python bench/otel_overhead.py [--rounds 3] [--sends 3000] [--streams 5]
+    python bench/otel_overhead.py [--rounds 3] [--sends 3000] [--streams 20]
 
 Configurations (each a fresh process, alternated a b c d e a b c d e …, medians of the rounds):
 
@@ -145,12 +145,13 @@ async def _call(app: Any, body: bytes) -> bytes:
 
 
 def _request(method: str, text: str, n: int) -> bytes:
+    # One messageId per request: a reused one is taken as a retry (idempotency window) and answered from the store.
     return json.dumps(
         {
             "jsonrpc": "2.0",
             "id": n,
             "method": method,
-            "params": {"message": {"role": "ROLE_USER", "messageId": f"m-{n}", "parts": [{"text": text}]}},
+            "params": {"message": {"role": "ROLE_USER", "messageId": f"{method}-{n}", "parts": [{"text": text}]}},
         }
     ).encode()
 
@@ -196,7 +197,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sends", type=int, default=3000)
-    parser.add_argument("--streams", type=int, default=5)
+    parser.add_argument("--streams", type=int, default=20)
     parser.add_argument("--child", default=None)
     parser.add_argument("--configs", default="abcde", help="which configurations to run (default: all)")
     args = parser.parse_args()

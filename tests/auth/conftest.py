@@ -25,6 +25,7 @@ import pytest
 import uvicorn
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from support.credential_watch import credential_watch, pytest_sessionfinish  # noqa: F401  (no credential in any log)
 
 from relaykit.client import Client
 from relaykit.grpc import GrpcServer

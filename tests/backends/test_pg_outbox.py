@@ -66,6 +66,9 @@ async def outbox_on(url: str, namespace: str, **options: Any) -> AsyncIterator[P
         await box.close()
 
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
 def entry(seq: int, *, config: str = "c1", event: str = "") -> OutboxEntry:
     return OutboxEntry(
         event_id=event or f"e{seq}-{config}",
@@ -282,6 +285,7 @@ async def test_pending_entries_dead_letters_and_health_survive_close_and_reopen(
     try:
         await tasks.save(TaskRecord(Task(id="t1", context_id="c", status=TaskStatus(state=TaskState.WORKING))))
         first, second, doomed = entry(1), entry(2), entry(3, config="c2")
+        first.traceparent = TRACEPARENT  # the producing execution's span (relaykit.telemetry)
         await box.commit(OutboxChanges(added=[first, second, doomed]))
         first.attempts, first.next_attempt_at, first.last_error = 1, 99.5, "HTTP 503"
         doomed.attempts, doomed.last_error, doomed.dead_at = 8, "HTTP 500", 4000.25
@@ -308,6 +312,7 @@ async def test_pending_entries_dead_letters_and_health_survive_close_and_reopen(
         ("e2-c1", 2, 0, 0.0, "", 1002.0),
     ]
     assert pending[0].body == entry(1).body
+    assert [e.traceparent for e in pending] == [TRACEPARENT, ""]
     assert [(e.event_id, e.attempts, e.last_error, e.dead_at) for e in dead] == [("e3-c2", 8, "HTTP 500", 4000.25)]
     assert [(h.config_id, h.pending, h.dead, h.failures, h.consecutive_failures, h.url) for h in health] == [
         ("c1", 2, 0, 1, 1, "https://hooks.example.com/c1"),

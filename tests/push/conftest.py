@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from push_helpers import Recorder, pem
+from support.credential_watch import credential_watch, pytest_sessionfinish  # noqa: F401  (no credential in any log)
 
 
 @pytest.fixture

@@ -58,6 +58,7 @@ async def test_pending_entries_survive_a_reopen(tmp_path: Path) -> None:
     await outbox.start()
     await tasks.save(TaskRecord(Task(id="t1", context_id="c", status=TaskStatus(state=TaskState.WORKING))))
     first = OutboxEntry("e1", "t1", "c1", 1, b'{"task":{}}', created_at=1.0)
+    first.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"  # the producing execution's span
     await outbox.commit(OutboxChanges(added=[first, OutboxEntry("e2", "t1", "c1", 2, b"{}", created_at=2.0)]))
     first.attempts, first.next_attempt_at, first.last_error = 1, 99.0, "HTTP 503"
     await outbox.commit(OutboxChanges(retried=[first]))
@@ -77,3 +78,4 @@ async def test_pending_entries_survive_a_reopen(tmp_path: Path) -> None:
         ("e2", 2, 0, 0.0, ""),
     ]
     assert pending[0].body == b'{"task":{}}'
+    assert [e.traceparent for e in pending] == ["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ""]

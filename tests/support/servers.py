@@ -52,6 +52,8 @@ Env = Mapping[str, str | None]  # environment overrides; None removes the variab
 T = TypeVar("T")
 
 _log_numbers = itertools.count()
+# The log file of every process started here, in order (support.credential_watch reads the ones a test started).
+LAUNCHED_LOGS: list[Path] = []
 
 
 class ServerNotReady(RuntimeError):
@@ -185,6 +187,7 @@ def _launch(
     grpc_port: int | None = None,
 ) -> ServerProcess:
     log_path = log_dir / f"{next(_log_numbers):03d}-{name}-{port}.log"
+    LAUNCHED_LOGS.append(log_path)
     with log_path.open("wb") as log:  # the child has its own copy of the descriptor
         proc = subprocess.Popen(
             list(command), cwd=cwd, env=environ(env), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

@@ -151,6 +151,8 @@ class Webhook:
     url: str
     received: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
     arrived: asyncio.Condition = field(default_factory=asyncio.Condition)
+    status: int = 200  # what it answers; only 200s are recorded in ``received``, the others counted in ``refused``
+    refused: int = 0
 
     async def wait_for(self, count: int, within: float = 10.0) -> list[tuple[dict[str, str], bytes]]:
         async with asyncio.timeout(within), self.arrived:
@@ -179,10 +181,14 @@ async def webhook() -> AsyncIterator[Webhook]:
             if not message.get("more_body"):
                 break
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        status = hook.status
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"{}"})
         async with hook.arrived:
-            hook.received.append((headers, body))
+            if status == 200:
+                hook.received.append((headers, body))
+            else:
+                hook.refused += 1
             hook.arrived.notify_all()
 
     async with serve_asgi(app) as url:

@@ -1,8 +1,10 @@
 """``/metrics`` after a scripted workload, parsed with prometheus_client's parser: the exact counts of requests (by
-operation, binding, outcome), executions by final state and push deliveries; and no route without ``metrics``."""
+operation, binding, outcome), executions by final state, tasks by state (a gauge) and push deliveries; and no route
+without ``metrics``."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -12,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from relaykit.client import Client
 from relaykit.errors import TaskNotFoundError
+from relaykit.telemetry import Metrics, Telemetry
 from relaykit.types import Task, TaskPushNotificationConfig
 
 
@@ -61,6 +64,14 @@ async def test_scrape_after_a_scripted_workload() -> None:
     assert _value(samples, "a2a_server_executions_total", state="COMPLETED") == 5
     assert _value(samples, "a2a_server_executions_total", state="CANCELED") == 1
     assert _value(samples, "a2a_server_execution_duration_seconds_count") == 6
+    # Tasks by state is a gauge of where the tasks are now: each went through WORKING (the @agent wrapper starts its
+    # task there), none is still there.
+    tasks = {labels: v for (name, labels), v in samples.items() if name == "a2a_server_tasks"}
+    assert tasks == {
+        frozenset({("state", "COMPLETED")}): 5,
+        frozenset({("state", "CANCELED")}): 1,
+        frozenset({("state", "WORKING")}): 0,
+    }, tasks
     assert _value(samples, "a2a_server_executions_active") == 0
     assert _value(samples, "a2a_server_stream_subscribers") == 0
     ttfe = "a2a_server_stream_time_to_first_event_seconds_count"
@@ -74,3 +85,22 @@ async def test_scrape_after_a_scripted_workload() -> None:
 async def test_no_metrics_route_unless_asked() -> None:
     async with serve_agent(new_telemetry(None)) as served, httpx.AsyncClient() as http:
         assert (await http.get(served.url + "/metrics")).status_code == 404
+
+
+def test_tasks_by_state_follows_a_task_across_live_copies() -> None:
+    """A task that waits for input is dropped from memory and loaded again for the next message: the gauge moves
+    it out of INPUT_REQUIRED then, and repeated writes in one state count once."""
+    telemetry = Telemetry(tracing=False, metrics=Metrics())
+    first = SimpleNamespace(task_id="t1", state_seen="")
+    for state in ("WORKING", "WORKING", "INPUT_REQUIRED"):
+        telemetry.task_state(first, state)
+    again = SimpleNamespace(task_id="t1", state_seen="")  # the next message's live copy
+    for state in ("WORKING", "COMPLETED", "COMPLETED"):
+        telemetry.task_state(again, state)
+    assert telemetry.metrics is not None
+    samples = _samples(telemetry.metrics.render_sync())
+    assert {labels: v for (name, labels), v in samples.items() if name == "a2a_server_tasks"} == {
+        frozenset({("state", "WORKING")}): 0,
+        frozenset({("state", "INPUT_REQUIRED")}): 0,
+        frozenset({("state", "COMPLETED")}): 1,
+    }

@@ -165,6 +165,54 @@ async def test_v03_requests_are_spans_of_the_same_operations(spans: Spans) -> No
     assert get.attributes["a2a.error.code"] == "-32001"
 
 
+async def test_v03_grpc_calls_are_the_same_server_spans(spans: Spans) -> None:
+    """The 0.3 gRPC service (``a2a.v1.A2AService``) is served inside the same spans as 1.0: one SERVER span per
+    call, named by the operation, with binding ``grpc`` and protocol version ``0.3``, the execution under it, and
+    the caller's trace continued (the client's TraceContext interceptor speaks gRPC metadata on 0.3 too)."""
+    tracer = spans.provider.get_tracer("test")
+    async with serve_agent(new_telemetry(spans)) as served:
+        client = Client(served.url, transports=["GRPC"], protocol_version="0.3", interceptors=[TraceContext()])
+        async with client:
+            with tracer.start_as_current_span("caller", kind=SpanKind.CLIENT) as caller:
+                task = await client.send(SECRET_TEXT)
+            events = [event async for event in client.stream("stream 3")]
+            slow = await client.send("slow", return_immediately=True)
+            assert isinstance(slow, Task)
+            subscription = client.subscribe(slow.id)
+            first = await anext(subscription)  # the task as it stands: the subscription is open
+            canceled = await client.cancel(slow.id)
+            rest = [event async for event in subscription]
+    assert isinstance(first, Task)
+    assert rest
+    assert isinstance(task, Task)
+    assert len(events) >= 4
+    assert canceled.status.state is TaskState.CANCELED
+    finished = spans.finished()
+    _no_content(finished)
+    server = [s for s in finished if s.kind is SpanKind.SERVER]
+    assert {s.attributes["a2a.binding"] for s in server} == {"grpc"}
+    assert {s.attributes["a2a.protocol.version"] for s in server} == {"0.3"}
+    send = _one(finished, "SendMessage", **{"a2a.task.id": task.id})
+    assert send.kind is SpanKind.SERVER
+    assert send.attributes["a2a.operation"] == send.attributes["rpc.method"] == "SendMessage"
+    assert send.attributes["rpc.system"] == "a2a"
+    assert send.attributes["a2a.task.state"] == "COMPLETED"
+    assert send.parent is not None
+    assert send.parent.span_id == caller.get_span_context().span_id
+    [execute] = _children(finished, send, "a2a.execute")
+    assert execute.attributes["a2a.task.state"] == "COMPLETED"
+    stream = _one(finished, "SendStreamingMessage")
+    assert stream.attributes["a2a.task.state"] == "COMPLETED"
+    assert _children(finished, stream, "a2a.execute")
+    cancel = _one(finished, "CancelTask")
+    assert cancel.attributes["a2a.task.id"] == slow.id
+    assert cancel.attributes["a2a.task.state"] == "CANCELED"
+    # 0.3's TaskSubscription rpc is the SubscribeToTask operation
+    subscribe = _one(finished, "SubscribeToTask")
+    assert subscribe.attributes["a2a.operation"] == "SubscribeToTask"
+    assert subscribe.attributes["a2a.task.state"] == "CANCELED"
+
+
 @pytest.mark.parametrize("option", [None, False])
 def test_off_means_no_telemetry_anywhere(option: bool | None) -> None:
     # No SDK is set up in this process (the tests use providers of their own): the default is off, as is False.

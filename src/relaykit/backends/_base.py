@@ -265,9 +265,10 @@ class OutboxEntry:
     next_attempt_at: float = 0.0  # epoch seconds; 0 = at once
     last_error: str = ""
     dead_at: float | None = None  # set once the entry is a dead letter
-    # The trace context of the execution that produced the event (relaykit.telemetry), kept in memory only: an
-    # entry resumed from a durable outbox after a restart is delivered in a trace of its own.
+    # The trace context of the execution that produced the event (relaykit.telemetry), in memory; and its W3C
+    # ``traceparent``, stored: an entry delivered after a restart or a takeover is still a child of that execution.
     trace: Any = field(default=None, compare=False, repr=False)
+    traceparent: str = ""
 
     @property
     def stream(self) -> StreamKey:

@@ -75,6 +75,13 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=False)
     add_observability_options(p)
     p.add_argument("--metrics", action="store_true", help="Prometheus text at GET /metrics on the HTTP port")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="GET /metrics on this port of --host instead (also on the HTTP port only with --metrics)",
+    )
     p.add_argument("--reload", action="store_true", help="restart on code changes (development)")
     p.add_argument(
         "--debug",
@@ -245,7 +252,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
 
     bus = _checked_bus(args)
     public_url = args.public_url or _default_public_url(args)
-    metrics = getattr(args, "metrics", False)
+    metrics = getattr(args, "metrics", False) or getattr(args, "metrics_port", None) is not None
     telemetry: Any = None  # the default: on when an OpenTelemetry SDK is set up (--otel), or --metrics
     if getattr(args, "log_format", "text") == "json":
         from relaykit.telemetry import Telemetry, telemetry_for
@@ -253,7 +260,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
         # JSON lines carry the task and context ids, which the instrument keeps where the log calls can see them.
         telemetry = telemetry_for(metrics=True if metrics else None) or Telemetry(tracing=False)
     try:
-        return assemble(
+        server = assemble(
             target,
             store=_store_url(args),
             public_url=public_url,
@@ -280,6 +287,9 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
         )
     except (ImportError, ValueError) as exc:
         raise CliError(describe(exc)) from exc
+    if not getattr(args, "metrics", False):
+        server.metrics_endpoint = False  # --metrics-port alone: the exposition stays off the A2A port
+    return server
 
 
 def _app_server(target: Any) -> Any:
@@ -454,6 +464,13 @@ def run_serve(args: argparse.Namespace) -> int:
         except CliError:
             sock.close()
             raise
+    metrics_sock = None
+    if getattr(args, "metrics_port", None) is not None:
+        try:
+            metrics_sock = _bind(args.host, args.metrics_port, "--metrics-port", "serve /metrics")
+        except CliError:
+            sock.close()
+            raise
     server = _DrainingServer(config, app, target=args.target, public_url=args.public_url)
     if getattr(args, "inspector", False):
         public = args.public_url or _default_public_url(args)
@@ -477,9 +494,12 @@ def run_serve(args: argparse.Namespace) -> int:
                 await app.state.relaykit.stop()
                 raise CliError(f"cannot serve gRPC on {args.host}:{args.grpc_port}: {exc}") from exc
             print(f"relaykit: gRPC (lf.a2a.v1.A2AService) on {args.host}:{args.grpc_port}", flush=True)
+        scrape = await _serve_metrics_port(app, metrics_sock, args)
         try:
             await server.serve(sockets=[sock])
         finally:
+            if scrape is not None:
+                scrape.close()
             if server.grpc is not None:
                 await server.grpc.stop(1.0)
         return 0 if server.started_ok else 1
@@ -493,6 +513,23 @@ def run_serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         sock.close()
+        if metrics_sock is not None:
+            metrics_sock.close()
+
+
+async def _serve_metrics_port(app: Any, sock: socket.socket | None, args: argparse.Namespace) -> Any:
+    """``--metrics-port``: ``GET /metrics`` on its own socket (relaykit.telemetry.serve_metrics), or None."""
+    telemetry = getattr(app.state.relaykit, "telemetry", None)
+    if sock is None:
+        return None
+    if telemetry is None or telemetry.metrics is None:
+        raise CliError("--metrics-port: this app records no metrics (make it with create_app(..., metrics=True))")
+    from relaykit.telemetry import serve_metrics
+
+    sock.listen(128)
+    scrape = await serve_metrics(telemetry.metrics, sock=sock)
+    print(f"relaykit: metrics at http://{args.host}:{args.metrics_port}/metrics", flush=True)
+    return scrape
 
 
 def _run_reload(args: argparse.Namespace) -> int:
@@ -502,6 +539,8 @@ def _run_reload(args: argparse.Namespace) -> int:
 
     if args.grpc_port is not None:
         raise CliError("--grpc-port cannot be combined with --reload")
+    if getattr(args, "metrics_port", None) is not None:
+        raise CliError("--metrics-port cannot be combined with --reload")
     # watchfiles logs every file event at INFO (a log file in a watched directory would be a line per write).
     logging.getLogger("watchfiles").setLevel(max(logging.WARNING, logging.getLogger().level))
     # What can be checked without the user's code is checked here, once; the rest in every reload worker.

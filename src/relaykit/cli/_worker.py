@@ -39,6 +39,8 @@ def add_worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_push_secrets_option(p)
     p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT", help="GET /metrics on this port")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="the address --metrics-port listens on")
     add_cluster_options(p)
     # The same quotas as the API replicas: a worker releases the executions and queued messages they counted.
     add_quota_options(p)
@@ -78,8 +80,19 @@ def run_worker(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        scrape = None
+        if args.metrics_port is not None:
+            from relaykit.telemetry import serve_metrics
+
+            try:
+                scrape = await serve_metrics(server.telemetry.metrics, args.metrics_host, args.metrics_port)
+            except OSError as exc:
+                await server.stop()
+                raise CliError(f"cannot serve /metrics on {args.metrics_host}:{args.metrics_port}: {exc}") from exc
         print(f"relaykit: worker {server.engine.cluster.id} running {args.target}", flush=True)
         await stop.wait()
+        if scrape is not None:
+            scrape.close()
         await server.stop()
         return 0
 

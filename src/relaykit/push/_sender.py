@@ -336,7 +336,10 @@ class PushSender:
             return  # over the task's notification budget: coalesced into its next one (push._rate)
         now = time.time()
         legacy: bytes | None = None
-        trace = self.telemetry.capture() if self.telemetry is not None else None
+        trace = traceparent = None
+        if self.telemetry is not None:
+            trace = self.telemetry.capture()
+            traceparent = self.telemetry.traceparent(trace)
         suspensions = self.suspensions
         for config in configs:
             if suspensions and suspensions.suspended((active.tenant, active.owner, task_id, config.id)):
@@ -360,6 +363,7 @@ class PushSender:
                     owner=active.owner,
                     created_at=now,
                     trace=trace,
+                    traceparent=traceparent or "",
                 )
             )
         if state is not None and self.outbox.durable:

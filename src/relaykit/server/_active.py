@@ -89,6 +89,7 @@ class ActiveTask:
         "record",
         "requests",
         "runner",
+        "state_seen",
         "task_id",
         "tenant",
     )
@@ -123,6 +124,8 @@ class ActiveTask:
         # True once the current ``execute`` has returned (or raised): the engine is recording the outcome, and a
         # cancel must not interrupt those writes any more.
         self.execute_returned = False
+        # The state this process last counted the task in (the tasks-by-state gauge; only with telemetry on).
+        self.state_seen = ""
 
     @property
     def task(self) -> Task | None:

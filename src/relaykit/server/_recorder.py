@@ -306,6 +306,7 @@ class Recorder:
         if tel is None:
             await self._write(active, record)
             return
+        tel.task_state(active, record.task.status.state.name)
         with tel.span("a2a.store.write", active.task_id):
             await self._write(active, record)
 

@@ -9,11 +9,14 @@ True
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 from relaykit.telemetry._logs import JSONFormatter, use_json_logs
 from relaykit.telemetry._metrics import METRICS, Metrics
+from relaykit.telemetry._scrape import serve_metrics
 from relaykit.telemetry._seam import Telemetry, current_ids
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "client_tracer",
     "configure_otel",
     "current_ids",
+    "serve_metrics",
     "span_current",
     "start_client_span",
     "telemetry_for",
@@ -32,8 +36,22 @@ __all__ = [
 ]
 
 
+def _otel_imported() -> bool:
+    """Whether an OpenTelemetry provider can possibly be set: someone imported the API, or the environment names a
+    provider for the API to load. If not, the API is not imported here either: with the extra installed and nothing
+    set up, a process stays exactly as without it (importing the API and its propagators costs memory the
+    garbage collector then walks)."""
+    return (
+        "opentelemetry.trace" in sys.modules
+        or "opentelemetry.metrics" in sys.modules
+        or bool(os.environ.get("OTEL_PYTHON_TRACER_PROVIDER") or os.environ.get("OTEL_PYTHON_METER_PROVIDER"))
+    )
+
+
 def _otel_state() -> tuple[bool, bool]:
     """(tracer provider set, meter provider set); both False without the ``otel`` extra."""
+    if not _otel_imported():
+        return False, False
     try:
         from relaykit.telemetry import _otel
     except ImportError:
@@ -66,6 +84,8 @@ def telemetry_for(*, tracing: bool | None = None, metrics: bool | None = None) -
 def client_tracer(provider: Any = None) -> Any:
     """The tracer a client makes its spans with: ``provider``'s, else the global one when an SDK is set up, else
     ``None`` (no spans, no cost)."""
+    if provider is None and not _otel_imported():
+        return None
     try:
         from relaykit.telemetry import _otel
     except ImportError:

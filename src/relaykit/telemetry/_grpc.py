@@ -28,6 +28,18 @@ def _failed(call: Any, context: Any) -> None:
     call.error = getattr(value, "name", None) or "INTERNAL"
 
 
+_OPS_03: dict[str, str] = {}
+
+
+def _operations_03() -> dict[str, str]:
+    # The 0.3 codec is loaded only by a server that serves 0.3 gRPC (it brings its generated messages).
+    if not _OPS_03:
+        from relaykit._v03._grpc import RPCS
+
+        _OPS_03.update({rpc.name: rpc.op.name for rpc in RPCS})
+    return _OPS_03
+
+
 class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """One server span and one requests/duration record per A2A rpc (1.0 and 0.3 services)."""
 
@@ -39,13 +51,18 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         service, _, operation = str(details.method).rpartition("/")
         if handler is None or not service.endswith("A2AService"):
             return handler
-        version = "0.3" if service.startswith("/a2a.v1.") else "1.0"
+        version = "1.0"
+        if service.startswith("/a2a.v1."):
+            # A 0.3 rpc is named as in 0.3 (TaskSubscription, ...): its span carries the operation's 1.0 name, so one
+            # query finds an operation whatever version the caller spoke.
+            version = "0.3"
+            operation = _operations_03().get(operation, operation)
         telemetry = self.telemetry
         if handler.unary_unary is not None:
             unary_inner = handler.unary_unary
 
             async def unary(request: Any, context: Any) -> Any:
-                call, call_token, span_token = telemetry.begin("grpc", _metadata(details), operation)
+                call, call_token, span_token = telemetry.begin("grpc", _metadata(details), operation, version)
                 try:
                     return await unary_inner(request, context)
                 except BaseException:
@@ -63,7 +80,7 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             stream_inner = handler.unary_stream
 
             async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
-                call, call_token, span_token = telemetry.begin("grpc", _metadata(details), operation)
+                call, call_token, span_token = telemetry.begin("grpc", _metadata(details), operation, version)
                 try:
                     async for item in stream_inner(request, context):
                         yield item

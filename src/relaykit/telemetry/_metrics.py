@@ -39,6 +39,12 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "a2a.server.executions": ("counter", "", ("state",), "Agent executions ended, by the task state they left"),
     "a2a.server.execution.duration": ("histogram", "s", (), "Time an agent execution ran"),
     "a2a.server.executions.active": ("gauge", "", (), "Agent executions running now"),
+    "a2a.server.tasks": (
+        "updown",
+        "",
+        ("state",),
+        "Tasks by state now, as this process moved them (a task taken over elsewhere stays in its last state here)",
+    ),
     "a2a.server.stream.subscribers": ("gauge", "", (), "Open event-stream subscriptions (SSE and gRPC streams)"),
     "a2a.push.deliveries": (
         "counter",
@@ -102,6 +108,7 @@ class Metrics:
         self.listeners: list[Callable[[str, tuple[str, ...], float], None]] = []
 
     def add(self, name: str, labels: tuple[str, ...] = (), value: float = 1.0) -> None:
+        """Add to a counter, or move an up/down gauge (``value`` may then be negative)."""
         series = self.counters.get(name)
         if series is None:
             series = self.counters[name] = {}
@@ -181,6 +188,9 @@ class Metrics:
                         lines.append(f"{prom}_bucket{_labels(label_names, key, le)} {_num(cumulative)}")
                     lines.append(f"{prom}_count{_labels(label_names, key)} {_num(row[-2])}")
                     lines.append(f"{prom}_sum{_labels(label_names, key)} {_num(row[-1])}")
+            elif kind == "updown":  # a gauge with labels, moved up and down as things change (not read at scrape)
+                lines += [f"# HELP {prom} {help_text}", f"# TYPE {prom} gauge"]
+                lines += [f"{prom}{_labels(label_names, k)} {_num(v)}" for k, v in self.counters.get(name, {}).items()]
             elif name in gauges:
                 lines += [f"# HELP {prom} {help_text}", f"# TYPE {prom} gauge", f"{prom} {_num(gauges[name])}"]
         return ("\n".join(lines) + "\n").encode()

@@ -17,6 +17,7 @@ try:
     from opentelemetry import metrics as otel_metrics
     from opentelemetry import propagate, trace
     from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError("OpenTelemetry is not installed: pip install 'relaykit[otel]' (tracing and OTLP export)") from exc
 
@@ -91,6 +92,22 @@ def from_bytes(data: bytes) -> Any:
     except ValueError:
         return None
     return propagate.extract(carrier) if isinstance(carrier, dict) else None
+
+
+_W3C = TraceContextTextMapPropagator()
+
+
+def traceparent(ctx: Any) -> str:
+    """The W3C ``traceparent`` of the span current in ``ctx`` (``""`` without one): what a stored record keeps."""
+    found = trace.get_current_span(ctx).get_span_context()
+    if not found.is_valid:
+        return ""
+    return f"00-{found.trace_id:032x}-{found.span_id:016x}-{int(found.trace_flags):02x}"
+
+
+def from_traceparent(value: str) -> Any:
+    """The context a stored ``traceparent`` names (its span as a remote parent)."""
+    return _W3C.extract({"traceparent": value})
 
 
 def start_span(t: trace.Tracer, name: str, kind: SpanKind, parent: Any, attributes: dict[str, Any]) -> Any:
@@ -169,13 +186,14 @@ def meter_bridge(metrics: Metrics) -> None:
     for name, (kind, unit, _labels, help_text) in METRICS.items():
         if kind == "histogram":
             histograms[name] = meter.create_histogram(name, unit=unit or "1", description=help_text)
-        elif kind == "counter":
+        elif kind in ("counter", "updown"):
 
             def count(_options: Any, name: str = name) -> Any:
                 series = metrics.counters.get(name, {})
                 return [otel_metrics.Observation(v, attributes(name, k)) for k, v in list(series.items())]
 
-            meter.create_observable_counter(name, callbacks=[count], unit=unit or "1", description=help_text)
+            make = meter.create_observable_counter if kind == "counter" else meter.create_observable_up_down_counter
+            make(name, callbacks=[count], unit=unit or "1", description=help_text)
         else:
 
             def observe(_options: Any, name: str = name) -> Any:

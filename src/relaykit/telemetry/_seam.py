@@ -29,6 +29,7 @@ from typing import Any
 from relaykit._errors import A2AError
 from relaykit._methods import OPERATIONS
 from relaykit._model import Encoded
+from relaykit._state import TERMINAL
 from relaykit._types import Message, SendMessageResponse, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 from relaykit.telemetry._metrics import Metrics
 
@@ -42,6 +43,8 @@ _TASK: ContextVar[tuple[str, str] | None] = ContextVar("relaykit_task", default=
 _PROPAGATED = frozenset({b"traceparent", b"tracestate", b"baggage"})
 # handler method -> operation name (SendMessage, ...)
 _OPERATION = {op.handler: op.name for op in OPERATIONS}
+_FINAL = frozenset(state.name for state in TERMINAL)
+_PARKED_MAX = 65536
 _RPC_ERROR = re.compile(rb'"error":\{"code":(-?\d+)')
 _REST_REASON = re.compile(rb'"reason":"([A-Z_]{1,80})"')
 _TASK_FIELDS = re.compile(rb'"task":\{"id":"([^"]{1,200})","contextId":"([^"]{1,200})","status":\{"state":"(\w+)"')
@@ -55,6 +58,7 @@ class _Call:
         "context_id",
         "error",
         "first_at",
+        "named",
         "operation",
         "request_id",
         "span",
@@ -71,6 +75,7 @@ class _Call:
         self.state = ""
         self.error = ""
         self.span: Any = None
+        self.named = False  # the span has its final name and operation attributes since its start
         self.started = time.perf_counter()
         self.first_at = 0.0
         self.request_id = ""  # the caller's X-Request-Id, for log lines
@@ -135,14 +140,16 @@ _NO_SPAN = contextlib.nullcontext()
 
 
 class _Watched:
-    """A stream of ``(seq, event, data)`` items, noting each event on the request (``pending`` kept, so the SSE
-    writer still batches)."""
+    """A stream of ``(seq, event, data)`` items, noting its first and last event on the request (``pending`` kept, so
+    the SSE writer still batches). Only those two: the first names the task, the last carries the final state, and a
+    1,000-chunk stream should not pay 1,000 notes."""
 
-    __slots__ = ("call", "items", "metrics", "telemetry")
+    __slots__ = ("call", "items", "last", "metrics", "telemetry")
 
     def __init__(self, items: AsyncIterator[Any], call: _Call | None, telemetry: Telemetry) -> None:
         self.items = items
         self.call = call
+        self.last: Any = None
         self.metrics = telemetry.metrics
         self.telemetry: Telemetry | None = telemetry
         telemetry.streams += 1
@@ -154,7 +161,11 @@ class _Watched:
         call = self.call
         try:
             item = await self.items.__anext__()
+        except StopAsyncIteration:
+            self._note_last()
+            raise
         except A2AError as exc:
+            self._note_last()
             if call is not None:
                 call.error = str(exc.code) if call.binding == "jsonrpc" else exc.reason
             raise
@@ -167,14 +178,22 @@ class _Watched:
                         (call.operation or "stream", call.binding),
                         call.first_at - call.started,
                     )
-            call.note(item[1])
+                call.note(item[1])
+            else:
+                self.last = item[1]
         return item
+
+    def _note_last(self) -> None:
+        if self.last is not None and self.call is not None:
+            self.call.note(self.last)
+            self.last = None
 
     def pending(self) -> int:
         pending = getattr(self.items, "pending", None)
         return int(pending()) if pending is not None else 0
 
     async def aclose(self) -> None:
+        self._note_last()
         if self.telemetry is not None:
             self.telemetry.streams -= 1
             self.telemetry = None
@@ -204,6 +223,9 @@ class Telemetry:
         self.streams = 0  # open event streams (the subscribers gauge)
         self.tracer: Any = None
         self._otel: Any = None
+        self._attributes: dict[tuple[str, str, str], dict[str, str]] = {}
+        # task id -> the state it was counted in, for a task this process moved into a state that is not final
+        self._parked: dict[str, str] = {}
         if tracing:
             from relaykit.telemetry import _otel
 
@@ -212,20 +234,35 @@ class Telemetry:
 
     # --- the edges: one server span and one requests/duration record per request ------------------------------
 
-    def begin(self, binding: str, headers: Any, operation: str = "") -> tuple[_Call, object, object]:
-        """Start serving a request: its ``_Call``, made current, and its span (child of the incoming context)."""
+    def begin(self, binding: str, headers: Any, operation: str = "", version: str = "") -> tuple[_Call, object, object]:
+        """Start serving a request: its ``_Call``, made current, and its span (child of the incoming context), with
+        what is known now (gRPC knows the operation and version; HTTP learns them while serving) as its start
+        attributes."""
         call = _Call(binding, operation)
         span_token: object = None
         if self.tracer is not None:
             otel = self._otel
             parent = otel.extract(headers)
-            call.span = otel.start_span(
-                self.tracer, operation or "A2A", otel.SERVER, parent, {"a2a.binding": binding, "rpc.system": "a2a"}
-            )
+            attributes = self._start_attributes(binding, operation, version)
+            call.span = otel.start_span(self.tracer, operation or "A2A", otel.SERVER, parent, attributes)
+            call.named = bool(operation and version)
             span_token = otel.attach(call.span, parent)
         return call, _CALL.set(call), span_token
 
-    def end(self, call: _Call, call_token: object, span_token: object, version: str = "1.0") -> None:
+    def _start_attributes(self, binding: str, operation: str, version: str) -> dict[str, str]:
+        key = (binding, operation, version)
+        found = self._attributes.get(key)
+        if found is None:
+            found = {"a2a.binding": binding, "rpc.system": "a2a"}
+            if operation:
+                found["a2a.operation"] = found["rpc.method"] = operation
+            if version:
+                found["a2a.protocol.version"] = version
+            if len(self._attributes) < 256:  # bounded: operation names come from a fixed table, but be safe
+                self._attributes[key] = found
+        return found
+
+    def end(self, call: _Call, call_token: object, span_token: object, version: str = "1.0", status: int = 0) -> None:
         operation = call.operation or "unknown"
         outcome = call.error or "ok"
         metrics = self.metrics
@@ -236,8 +273,14 @@ class Telemetry:
             )
         span = call.span
         if span is not None:
-            span.update_name(operation)
-            attributes = {"a2a.operation": operation, "a2a.protocol.version": version, "rpc.method": operation}
+            # What the request taught us, in one call (each set_attribute takes the span's lock).
+            attributes: dict[str, Any] = {}
+            if not call.named:
+                span.update_name(operation)
+                attributes["a2a.operation"] = attributes["rpc.method"] = operation
+                attributes["a2a.protocol.version"] = version
+            if status:
+                attributes["http.response.status_code"] = status
             if call.task_id:
                 attributes["a2a.task.id"] = call.task_id
             if call.context_id:
@@ -288,10 +331,8 @@ class Telemetry:
                 elif seen["status"] >= 400:
                     reason = _REST_REASON.search(head)
                     call.error = reason.group(1).decode() if reason else str(seen["status"])
-            if call.span is not None:
-                call.span.set_attribute("http.response.status_code", seen["status"])
             version = "0.3" if scope.get("relaykit.v03") else "1.0"
-            self.end(call, call_token, span_token, version)
+            self.end(call, call_token, span_token, version, seen["status"])
 
     # --- the handler: what the result says about the task ------------------------------------------------------
 
@@ -323,6 +364,10 @@ class Telemetry:
     def capture(self) -> Any:
         """The context a message is admitted in (its execution's parent)."""
         return self._otel.current() if self.tracer is not None else None
+
+    def traceparent(self, ctx: Any) -> str:
+        """``ctx``'s W3C traceparent, for a record that outlives the process (a push outbox entry)."""
+        return self._otel.traceparent(ctx) if self.tracer is not None and ctx is not None else ""
 
     async def run_execution(self, execute: Callable[[Any, Any], Awaitable[None]], active: Any, pending: Any) -> None:
         """Run one execution inside its span (parent: the admitting request); count how it ended."""
@@ -360,6 +405,26 @@ class Telemetry:
             return _NO_SPAN
         return self._otel.span(self.tracer, name, {"a2a.task.id": task_id})
 
+    def task_state(self, active: Any, state: str) -> None:
+        """Move the tasks-by-state gauge when a write changes a task's state: down in the state this process last
+        counted it in (on this live task, or parked from an earlier one while not final), up in the new one."""
+        metrics = self.metrics
+        if metrics is None or active.state_seen == state:
+            return
+        old = active.state_seen or self._parked.pop(active.task_id, "")
+        if old:
+            metrics.add("a2a.server.tasks", (old,), -1.0)
+        metrics.add("a2a.server.tasks", (state,))
+        active.state_seen = state
+        if state in _FINAL:
+            self._parked.pop(active.task_id, None)
+        else:
+            # The live task may be dropped from memory (input required, idle) and come back for the next message.
+            parked = self._parked
+            parked[active.task_id] = state
+            if len(parked) > _PARKED_MAX:  # bounded: a task that never comes back is forgotten, oldest first
+                del parked[next(iter(parked))]
+
     # --- the work queue ---------------------------------------------------------------------------------------
 
     def carrier(self) -> bytes:
@@ -394,14 +459,15 @@ class Telemetry:
             yield None
             return
         otel = self._otel
-        span = otel.start_span(
-            self.tracer,
-            "a2a.push.deliver",
-            otel.CLIENT,
-            entry.trace,
-            {"a2a.task.id": entry.task_id, "a2a.push.config.id": entry.config_id, "server.address": url_host},
-        )
-        token = otel.attach(span, entry.trace)
+        parent = entry.trace
+        attributes = {"a2a.task.id": entry.task_id, "a2a.push.config.id": entry.config_id, "server.address": url_host}
+        if parent is None and entry.traceparent:
+            # Resumed from the outbox (after a restart, or taken over from another replica): the stored traceparent
+            # keeps the attempt in the trace of the request that produced the event.
+            parent = otel.from_traceparent(entry.traceparent)
+            attributes["a2a.push.resumed"] = True
+        span = otel.start_span(self.tracer, "a2a.push.deliver", otel.CLIENT, parent, attributes)
+        token = otel.attach(span, parent)
         try:
             otel.inject(headers)
             yield span

@@ -55,7 +55,8 @@ _DEADLOCK_RETRIES = 3
 _SWEEP_EVERY = 60.0  # seconds between deletions of long-expired leases (left behind by replicas that died)
 
 _COLUMNS = (
-    "event_id, tenant, owner, task_id, config_id, seq, body, created_at, attempts, next_attempt_at, last_error, dead_at"
+    "event_id, tenant, owner, task_id, config_id, seq, body, created_at, attempts, next_attempt_at, last_error, "
+    "dead_at, trace"
 )
 
 
@@ -153,9 +154,9 @@ class PostgresPushOutbox(AttachedStore[Database]):
             "AND o.task_id = u.task_id AND o.config_id = u.config_id AND o.dead_at IS NULL"
         )
         self._sql_add = (
-            f"INSERT INTO {o} (event_id, {key}, seq, body, created_at, attempts, next_attempt_at, last_error) "
+            f"INSERT INTO {o} (event_id, {key}, seq, body, created_at, attempts, next_attempt_at, last_error, trace) "
             "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], "
-            "$7::bytea[], $8::float8[], $9::int[], $10::float8[], $11::text[]) "
+            "$7::bytea[], $8::float8[], $9::int[], $10::float8[], $11::text[], $12::text[]) "
             "ON CONFLICT (event_id) DO NOTHING"
         )
         self._sql_delivered = f"DELETE FROM {o} WHERE event_id = ANY($1::text[]) AND dead_at IS NULL"
@@ -294,6 +295,7 @@ class PostgresPushOutbox(AttachedStore[Database]):
                     e.attempts,
                     e.next_attempt_at,
                     _text(e.last_error),
+                    _text(e.traceparent) or None,
                 )
             )
         delivered = sorted({e.event_id for e in changes.delivered if not has_nul(e.event_id)})
@@ -313,7 +315,7 @@ class PostgresPushOutbox(AttachedStore[Database]):
         if not (discarded or added or delivered or retried or dead or health):
             return
         discard_args = _columns(discarded, 4)
-        add_args = _columns(added, 11)
+        add_args = _columns(added, 12)
         retry_args = _columns([retried[k] for k in sorted(retried)], 4)
         dead_args = _columns([dead[k] for k in sorted(dead)], 4)
         health_args = _columns(health, 11)
@@ -357,6 +359,7 @@ class PostgresPushOutbox(AttachedStore[Database]):
             next_attempt_at=float(row[9]),
             last_error=str(row[10]),
             dead_at=float(row[11]) if row[11] is not None else None,
+            traceparent=str(row[12] or ""),
         )
 
     async def pending(self) -> list[OutboxEntry]:

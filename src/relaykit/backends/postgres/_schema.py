@@ -13,7 +13,7 @@ from typing import Any
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_namespace", "lock_key", "migrate"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema version this relaykit writes; older schemas are migrated on start, newer ones refused."""
 
 _NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}\Z")
@@ -130,6 +130,11 @@ MIGRATIONS: list[list[str]] = [
     # small body (or a row written before this version), trimmed when listed. Catalog only.
     [
         "ALTER TABLE {ns}_tasks ADD COLUMN lean BYTEA",
+    ],
+    # 6: the W3C traceparent of the execution a push notification came from (relaykit.telemetry), so a delivery
+    # resumed by another replica or after a restart stays in the request's trace. Catalog only.
+    [
+        "ALTER TABLE {ns}_push_outbox ADD COLUMN trace TEXT",
     ],
 ]
 

@@ -41,7 +41,7 @@ class SQLitePushOutbox(AttachedStore[Database]):
         self._sql_discard = f"DELETE FROM {o} WHERE {stream} AND dead_at IS NULL"
         self._sql_add = (
             f"INSERT OR IGNORE INTO {o} (event_id, tenant, owner, task_id, config_id, seq, body, created_at, attempts, "
-            "next_at, last_error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            "next_at, last_error, trace) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         self._sql_delivered = f"DELETE FROM {o} WHERE event_id = ? AND dead_at IS NULL"
         self._sql_retried = (
@@ -61,7 +61,8 @@ class SQLitePushOutbox(AttachedStore[Database]):
             "consecutive = consecutive + 1, last_failure = excluded.last_failure, last_error = excluded.last_error"
         )
         columns = (
-            "event_id, tenant, owner, task_id, config_id, seq, body, created_at, attempts, next_at, last_error, dead_at"
+            "event_id, tenant, owner, task_id, config_id, seq, body, created_at, attempts, next_at, last_error, "
+            "dead_at, trace"
         )
         self._sql_pending = (
             f"SELECT {columns} FROM {o} WHERE dead_at IS NULL ORDER BY tenant, owner, task_id, config_id, seq"
@@ -100,6 +101,7 @@ class SQLitePushOutbox(AttachedStore[Database]):
                 e.attempts,
                 e.next_attempt_at,
                 e.last_error,
+                e.traceparent or None,
             )
             for e in changes.added
         ]
@@ -147,6 +149,7 @@ class SQLitePushOutbox(AttachedStore[Database]):
             next_attempt_at=float(row[9]),  # type: ignore[arg-type]
             last_error=str(row[10]),
             dead_at=float(row[11]) if row[11] is not None else None,  # type: ignore[arg-type]
+            traceparent=str(row[12] or ""),
         )
 
     async def pending(self) -> list[OutboxEntry]:

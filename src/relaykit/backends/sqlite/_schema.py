@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this relaykit writes; older files are migrated on start, newer ones refused."""
 
 # Schema migrations, applied in order: entry i brings a file from version i to version i + 1. Never edit an
@@ -74,5 +74,10 @@ MIGRATIONS: list[list[str]] = [
             last_error   TEXT NOT NULL DEFAULT '',
             PRIMARY KEY (tenant, owner, task_id, config_id)
         )""",
+    ],
+    # 3: the W3C traceparent of the execution a push notification came from (relaykit.telemetry), so a delivery
+    # after a restart stays in the request's trace.
+    [
+        "ALTER TABLE {ns}_push_outbox ADD COLUMN trace TEXT",
     ],
 ]
