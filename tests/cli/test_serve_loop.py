@@ -5,7 +5,7 @@ import asyncio
 import pytest
 import uvicorn
 
-from relaykit.cli._serve import _loop_factory
+from relaykit.cli._uvicorn import loop_factory as _loop_factory
 
 
 def test_serve_uses_uvicorns_loop_choice() -> None:

@@ -17,18 +17,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
 import json
 import logging
 import os
-import re
-import signal
 import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from relaykit.cli._fail import CliError, debug_enabled, describe, report
+from relaykit.cli._options import (
+    add_cluster_options,
+    add_http_limit_options,
+    add_observability_options,
+    add_push_options,
+    add_quota_options,
+    http_limits,
+    parse_duration,
+    push_kwargs,
+    quotas_from,
+    setup_observability,
+)
 from relaykit.cli._security import (
     add_security_options,
     any_security_option,
@@ -39,21 +48,9 @@ from relaykit.cli._security import (
     with_client_certs,
 )
 from relaykit.cli._target import load_target, target_file
-from relaykit.http._guard import HttpLimits, default_max_connections
-from relaykit.server._quotas import Quotas
+from relaykit.cli._uvicorn import DrainingServer, ListeningServer, bind_socket, loop_factory
 
-__all__ = ["add_serve_parser", "parse_duration", "run_serve"]
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` ⇒ seconds."""
-    found = _DURATION.match(text.strip())
-    if not found:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 30s, 15m, 12h, 7d)")
-    return float(found.group(1)) * _UNITS[found.group(2)]
+__all__ = ["add_serve_parser", "build_app", "build_server", "run_serve"]
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -97,7 +94,7 @@ def add_serve_parser(sub: Any) -> None:
         metavar="HOST_OR_CIDR",
         help="allow webhooks to this host or network (repeatable)",
     )
-    _add_push_options(p)
+    add_push_options(p)
     # A2A versions served (issue 12): 0.3 goes through the codec in front of the same handler; 1.0 alone turns it off.
     p.add_argument("--protocol", default="1.0,0.3", metavar="VERSIONS", help="A2A versions served (default 1.0,0.3)")
     p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
@@ -124,23 +121,6 @@ def add_serve_parser(sub: Any) -> None:
     p.set_defaults(func=run_serve)
 
 
-def add_cluster_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--lease",
-        type=parse_duration,
-        default=10.0,
-        help="with --bus redis://: a lost worker's tasks are taken over "
-        "this long after its last heartbeat (default 10s)",
-    )
-    p.add_argument("--heartbeat", type=parse_duration, default=None, help="worker heartbeat period (default lease/5)")
-    p.add_argument(
-        "--idempotency-window",
-        type=parse_duration,
-        default=600.0,
-        help="a repeated messageId within this window gets the original result (default 10m; 0 turns it off)",
-    )
-
-
 def _store_url(args: argparse.Namespace) -> str:
     return args.store or os.environ.get("RELAYKIT_STORE") or "sqlite:///relaykit.db"
 
@@ -161,65 +141,6 @@ def _grpc_url(args: argparse.Namespace, public_url: str) -> str | None:
     if ":" in host:
         host = f"[{host}]"
     return f"{host}:{args.grpc_port}"
-
-
-def _add_push_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--push-events", choices=["all", "state"], default="all", help="push every task event, or state changes only"
-    )
-    p.add_argument("--push-timeout", type=parse_duration, default=None, help="webhook request timeout (default 10s)")
-    p.add_argument("--push-retries", type=int, default=None, help="attempts before a notification is dead (default 8)")
-    p.add_argument("--push-backoff", type=parse_duration, default=None, help="first retry delay (default 1s)")
-    p.add_argument("--push-max-backoff", type=parse_duration, default=None, help="longest retry delay (default 5m)")
-    p.add_argument("--push-max-age", type=parse_duration, default=None, help="give up after this long (default 1d)")
-    p.add_argument(
-        "--push-suspend-after",
-        type=int,
-        default=None,
-        help="suspend a config after this many failed deliveries in a row (default 10; 0: never)",
-    )
-    p.add_argument(
-        "--push-suspend-seconds",
-        type=parse_duration,
-        default=None,
-        help="... spanning at least this long (default 60s)",
-    )
-    p.add_argument(
-        "--push-signing-key",
-        action="append",
-        default=[],
-        metavar="PEM_FILE",
-        help="sign webhooks with this EC/RSA private key (repeatable for rotation: oldest first, last signs)",
-    )
-    p.add_argument("--push-key-id", default=None, help="kid of the signing key (default: its JWK thumbprint)")
-
-
-def _push_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The push options of ``assemble`` from the flags (defaults left to it)."""
-    from pathlib import Path
-
-    from relaykit.push import DeliveryPolicy
-
-    fields = {
-        "timeout": args.push_timeout,
-        "max_attempts": args.push_retries,
-        "backoff": args.push_backoff,
-        "max_backoff": args.push_max_backoff,
-        "max_age": args.push_max_age,
-        "suspend_after": args.push_suspend_after,
-        "suspend_seconds": args.push_suspend_seconds,
-    }
-    chosen = {k: v for k, v in fields.items() if v is not None}
-    out: dict[str, Any] = {"push_events": args.push_events}
-    if chosen:
-        out["push_policy"] = DeliveryPolicy(**chosen)
-    if args.push_signing_key:
-        try:
-            out["push_signing_key"] = [Path(path).read_bytes() for path in args.push_signing_key]
-        except OSError as exc:
-            raise CliError(f"cannot read --push-signing-key: {exc}") from None
-        out["push_key_id"] = args.push_key_id
-    return out
 
 
 _RELOAD_OPTIONS = "RELAYKIT_SERVE_OPTIONS"
@@ -282,7 +203,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
             metrics=metrics,
             telemetry=telemetry,
             quotas=quotas_from(args),
-            **_push_kwargs(args),
+            **push_kwargs(args),
             **security_kwargs(args),
         )
     except (ImportError, ValueError) as exc:
@@ -324,111 +245,6 @@ def build_app(args: argparse.Namespace) -> Any:
     return http_app(_assemble(target, args), keepalive=args.keepalive, inspector=getattr(args, "inspector", False))
 
 
-def _bind(host: str, port: int, flag: str = "--port", what: str = "listen") -> socket.socket:
-    """The HTTP socket, bound (not yet listening) as uvicorn binds it; ``CliError`` when the address is taken."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        hint = f": is another server running? Stop it or pick another {flag}" if exc.errno == errno.EADDRINUSE else ""
-        raise CliError(f"cannot {what} on {host}:{port}: {exc.strerror or exc}{hint}") from exc
-    sock.set_inheritable(True)  # the reload worker inherits it
-    return sock
-
-
-def add_observability_options(p: argparse.ArgumentParser) -> None:
-    """``--otel`` and ``--log-format`` (serve and worker)."""
-    p.add_argument(
-        "--otel",
-        action="store_true",
-        help="set up the OpenTelemetry SDK from the OTEL_* environment variables (OTLP export; needs relaykit[otel])",
-    )
-    p.add_argument("--log-format", choices=["text", "json"], default="text", help="json: one object per line")
-
-
-def setup_observability(args: argparse.Namespace) -> None:
-    """Logging as ``--log-level``/``--log-format`` say, and the OpenTelemetry SDK with ``--otel``."""
-    if getattr(args, "log_format", "text") == "json":
-        from relaykit.telemetry import use_json_logs
-
-        use_json_logs(args.log_level.upper())
-    else:
-        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if getattr(args, "otel", False):
-        from relaykit.telemetry import configure_otel
-
-        try:
-            configure_otel()
-        except ImportError as exc:
-            raise CliError(f"--otel needs the OpenTelemetry SDK and OTLP exporter: {exc}") from exc
-
-
-def add_http_limit_options(p: argparse.ArgumentParser) -> None:
-    """The HTTP connection limits (relaykit.http._guard; docs/limits.md): on by default."""
-    d = HttpLimits()
-    p.add_argument(
-        "--max-header-bytes", type=int, default=d.max_header_bytes, help="request head size cap, 431 past it"
-    )
-    p.add_argument(
-        "--header-timeout", type=parse_duration, default=d.header_timeout, help="seconds to send a request head"
-    )
-    p.add_argument(
-        "--body-timeout", type=parse_duration, default=d.body_timeout, help="seconds between request body reads"
-    )
-    p.add_argument(
-        "--idle-timeout", type=parse_duration, default=d.idle_timeout, help="keep-alive idle connection timeout"
-    )
-    p.add_argument(
-        "--max-connections",
-        type=int,
-        default=None,
-        help="open connections cap (default 1000, lowered to fit the open-file limit); 0 turns the limits off",
-    )
-
-
-def add_quota_options(p: argparse.ArgumentParser) -> None:
-    """Per-principal quotas (relaykit.server._quotas; docs/limits.md); 0 turns one off."""
-    d = Quotas()
-    p.add_argument("--quota-executions", type=int, default=d.executions, help="concurrent executions per principal")
-    p.add_argument("--quota-streams", type=int, default=d.streams, help="open streams per principal")
-    p.add_argument(
-        "--quota-queued", type=int, default=d.queued, help="messages accepted but not yet running, per principal"
-    )
-    p.add_argument("--quota-rate", type=float, default=d.rate, help="requests per second per principal")
-    p.add_argument("--quota-burst", type=int, default=d.burst, help="request burst per principal")
-    p.add_argument("--max-push-configs", type=int, default=d.push_configs, help="push configs per task")
-
-
-def quotas_from(args: argparse.Namespace) -> Quotas:
-    d = Quotas()
-    return Quotas(
-        executions=getattr(args, "quota_executions", d.executions),
-        streams=getattr(args, "quota_streams", d.streams),
-        queued=getattr(args, "quota_queued", d.queued),
-        rate=getattr(args, "quota_rate", d.rate),
-        burst=getattr(args, "quota_burst", d.burst),
-        push_configs=getattr(args, "max_push_configs", d.push_configs),
-    )
-
-
-def http_limits(args: argparse.Namespace) -> HttpLimits | None:
-    """The limits the flags ask for; None when ``--max-connections 0`` turns them off (benchmarks)."""
-    cap = getattr(args, "max_connections", None)
-    if cap == 0:
-        return None
-    defaults = HttpLimits()
-    return HttpLimits(
-        max_header_bytes=getattr(args, "max_header_bytes", defaults.max_header_bytes),
-        header_timeout=getattr(args, "header_timeout", defaults.header_timeout),
-        body_timeout=getattr(args, "body_timeout", defaults.body_timeout),
-        idle_timeout=getattr(args, "idle_timeout", defaults.idle_timeout),
-        max_connections=cap if cap is not None else default_max_connections(),
-    )
-
-
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -455,23 +271,23 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     if args.ssl_ca_certs:
         with_client_certs(config)
-    sock = _bind(args.host, args.port)
+    sock = bind_socket(args.host, args.port)
     if args.grpc_port is not None:
         # Checked now, like the HTTP port, so a taken port is one line before anything starts (gRPC's own bind
         # failure comes later and logs from its C core first); the probe socket is closed at once.
         try:
-            _bind(args.host, args.grpc_port, "--grpc-port", "serve gRPC").close()
+            bind_socket(args.host, args.grpc_port, "--grpc-port", "serve gRPC").close()
         except CliError:
             sock.close()
             raise
     metrics_sock = None
     if getattr(args, "metrics_port", None) is not None:
         try:
-            metrics_sock = _bind(args.host, args.metrics_port, "--metrics-port", "serve /metrics")
+            metrics_sock = bind_socket(args.host, args.metrics_port, "--metrics-port", "serve /metrics")
         except CliError:
             sock.close()
             raise
-    server = _DrainingServer(config, app, target=args.target, public_url=args.public_url)
+    server = DrainingServer(config, app, target=args.target, public_url=args.public_url)
     if getattr(args, "inspector", False):
         public = args.public_url or _default_public_url(args)
         server.extra_lines.append(f"relaykit: inspector at {public.rstrip('/')}/inspector/")
@@ -507,7 +323,7 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         # On the event loop uvicorn.run would choose (``--loop auto``: uvloop when installed, as uvicorn[standard]
         # installs it), not asyncio's default loop: the pure-Python loop costs a large share of a short request.
-        with asyncio.Runner(loop_factory=_loop_factory(config)) as runner:
+        with asyncio.Runner(loop_factory=loop_factory(config)) as runner:
             return runner.run(main())
     except KeyboardInterrupt:
         return 0
@@ -561,9 +377,9 @@ def _run_reload(args: argparse.Namespace) -> int:
         access_log=False,
         timeout_graceful_shutdown=max(1, int(args.grace) + 1),
     )
-    sock = _bind(args.host, args.port)
+    sock = bind_socket(args.host, args.port)
     try:
-        server = _ListeningServer(config, target=args.target, public_url=args.public_url)
+        server = ListeningServer(config, target=args.target, public_url=args.public_url)
         ChangeReload(config, target=server.run, sockets=[sock]).run()
     except KeyboardInterrupt:
         pass
@@ -581,87 +397,3 @@ def reload_factory() -> Any:
         # One line, and the worker ends; uvicorn's reloader keeps watching, and the next save starts a fresh one.
         report("relaykit serve", exc, debug=debug_enabled(getattr(args, "debug", False)))
         raise SystemExit(exc.code) from None
-
-
-def _loop_factory(config: Any) -> Any:
-    """The loop factory of a uvicorn config (uvicorn >= 0.36), or None after installing its loop policy (older)."""
-    get_loop_factory = getattr(config, "get_loop_factory", None)
-    if get_loop_factory is not None:
-        return get_loop_factory()
-    config.setup_event_loop()  # pragma: no cover - uvicorn < 0.36 sets an event loop policy instead
-    return None
-
-
-try:
-    import uvicorn as _uvicorn
-
-    _Base: Any = _uvicorn.Server
-except ImportError:  # pragma: no cover - uvicorn is a core dependency
-    _Base = object
-
-
-class _ListeningServer(_Base):  # type: ignore[misc]
-    """A uvicorn server that announces itself only once its start-up completed and its socket listens.
-
-    Picklable (``--reload`` sends it to the worker process): it holds strings only, besides uvicorn's own state.
-    """
-
-    def __init__(self, config: Any, *, target: str, public_url: str | None) -> None:
-        super().__init__(config)
-        self.target = target
-        self.public_url = public_url
-        self.started_ok = False
-        self.extra_lines: list[str] = []  # printed after the banner (e.g. where the inspector is)
-
-    async def startup(self, sockets: Any = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.should_exit:
-            return
-        self.started_ok = True
-        port = self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port
-        host = f"[{self.config.host}]" if ":" in self.config.host else self.config.host
-        scheme = "https" if self.config.is_ssl else "http"
-        public = (self.public_url or f"{scheme}://localhost:{port}").rstrip("/")
-        print(
-            f"relaykit: serving {self.target} on {scheme}://{host}:{port} — agent card at "
-            f"{public}/.well-known/agent-card.json (Ctrl-C stops)",
-            flush=True,
-        )
-        for line in self.extra_lines:
-            print(line, flush=True)
-
-
-class _DrainingServer(_ListeningServer):
-    """A uvicorn server whose first SIGTERM/SIGINT drains the engine before the HTTP server stops.
-
-    Draining first lets running executions finish (up to ``--grace``), marks the rest FAILED, and ends open SSE
-    streams cleanly, so uvicorn is not left waiting on streams that would never close by themselves.
-    """
-
-    def __init__(self, config: Any, app: Any, *, target: str, public_url: str | None) -> None:
-        super().__init__(config, target=target, public_url=public_url)
-        self.relaykit = app.state.relaykit
-        self._draining: asyncio.Task[None] | None = None
-        self.grpc: Any = None  # relaykit.grpc.GrpcServer when --grpc-port is given
-
-    def handle_exit(self, sig: int, frame: Any) -> None:
-        if self._draining is not None or sig not in (signal.SIGINT, signal.SIGTERM):
-            super().handle_exit(sig, frame)
-            return
-        self._draining = asyncio.get_event_loop().create_task(self._drain_then_exit(sig, frame))
-
-    async def _drain_then_exit(self, sig: int, frame: Any) -> None:
-        # gRPC stops taking calls at once; the calls in flight end with the drain (blocking sends answer, streams
-        # close), and whatever is left after the grace period is cancelled.
-        grpc_stopped = None
-        if self.grpc is not None:
-            grpc_stopped = asyncio.ensure_future(self.grpc.stop(self.relaykit.grace + 1.0))
-        try:
-            await self.relaykit.stop()
-            if grpc_stopped is not None:
-                await grpc_stopped
-        finally:
-            super().handle_exit(sig, frame)
-            # uvicorn re-raises a captured signal after shutdown, so the process would die by SIGTERM. A drained,
-            # intentional stop is a success: exit 0 instead.
-            self._captured_signals.clear()

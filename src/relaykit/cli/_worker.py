@@ -12,15 +12,15 @@ import os
 import signal
 
 from relaykit.cli._fail import CliError, describe
-from relaykit.cli._security import SERVING_ONLY, add_push_secrets_option
-from relaykit.cli._serve import (
-    _add_push_options,
+from relaykit.cli._options import (
     add_cluster_options,
     add_observability_options,
+    add_push_options,
     add_quota_options,
-    build_server,
     setup_observability,
 )
+from relaykit.cli._security import SERVING_ONLY, add_push_secrets_option
+from relaykit.cli._serve import build_server
 
 __all__ = ["add_worker_parser", "run_worker"]
 
@@ -35,7 +35,7 @@ def add_worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_observability_options(p)
     p.add_argument("--push", action=argparse.BooleanOptionalAction, default=True, help="push notifications")
     p.add_argument("--push-allow", action="append", default=[], metavar="HOST_OR_CIDR")
-    _add_push_options(p)
+    add_push_options(p)
     add_push_secrets_option(p)
     p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
     p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
