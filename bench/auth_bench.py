@@ -19,35 +19,24 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
-import socket
 import statistics
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import httpx
 import jwt
+from _procs import HOST, cpu_seconds, relaykit_serve, start_server
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-HOST = "127.0.0.1"
-ROOT = Path(__file__).resolve().parents[1]
 AUDIENCE = "bench"
 # Which token the next request sends: one count over the whole run, so every phase goes on cycling where the last one
 # stopped. (Restarting at token 0 each phase made the distinct-token phases reuse tokens the server had verified a
 # round earlier, and so measured cache hits, not the worst case they are meant to show.)
 _TURN = itertools.count()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def _serve_jwks(key: Any) -> tuple[ThreadingHTTPServer, str]:
@@ -68,29 +57,6 @@ def _serve_jwks(key: Any) -> tuple[ThreadingHTTPServer, str]:
     server = ThreadingHTTPServer((HOST, 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://{HOST}:{server.server_address[1]}"
-
-
-def _start(extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    command = [sys.executable, "-m", "relaykit.cli", "serve", "bench/echo.py", "--store", "memory", "--no-push"]
-    command += ["--host", HOST, "--port", str(port), "--log-level", "warning", *extra]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
-    url = f"http://{HOST}:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"relaykit serve {' '.join(extra)} did not become ready")
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _load(url: str, tokens: list[str] | None, concurrency: int, duration: float) -> int:
@@ -116,9 +82,9 @@ async def _load(url: str, tokens: list[str] | None, concurrency: int, duration: 
 
 def _phase(proc: subprocess.Popen[bytes], url: str, tokens: list[str] | None, args: argparse.Namespace) -> float:
     asyncio.run(_load(url, tokens, args.concurrency, args.warmup))
-    before = _cpu_seconds(proc.pid)
+    before = cpu_seconds(proc.pid)
     count = asyncio.run(_load(url, tokens, args.concurrency, args.duration))
-    return (_cpu_seconds(proc.pid) - before) / count * 1e6
+    return (cpu_seconds(proc.pid) - before) / count * 1e6
 
 
 def main() -> None:
@@ -155,8 +121,10 @@ def main() -> None:
         jwt.encode({**claims, "sub": f"bench-{n}"}, key, algorithm="RS256", headers={"kid": "bench"})
         for n in range(args.distinct_tokens)
     ]
-    off, off_url = _start([])
-    on, on_url = _start(["--auth-jwks", idp + "/jwks.json", "--auth-issuer", idp, "--auth-audience", AUDIENCE])
+    off, off_url = start_server(relaykit_serve())
+    on, on_url = start_server(
+        relaykit_serve(*["--auth-jwks", idp + "/jwks.json", "--auth-issuer", idp, "--auth-audience", AUDIENCE])
+    )
     results: dict[str, list[float]] = {"off": [], "on": [], "distinct": []}
     try:
         for n in range(args.rounds):

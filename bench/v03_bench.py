@@ -17,48 +17,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+from _procs import ROOT, cpu_seconds, relaykit_serve, start_server
 
-HOST = "127.0.0.1"
-ROOT = Path(__file__).resolve().parents[1]
 CHUNKS = 1000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def _start(command: Callable[[int], list[str]], env: dict[str, str], ready: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    proc = subprocess.Popen(command(port), cwd=ROOT, stdout=subprocess.DEVNULL, env={**os.environ, **env})
-    url = f"http://{HOST}:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + ready, timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"{command(port)} did not become ready")
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _request(version: str, text: str, stream: bool) -> tuple[dict[str, Any], dict[str, str]]:
@@ -118,12 +88,12 @@ async def _streams(url: str, version: str, count: int) -> tuple[int, float]:
 
 def _phase(proc: subprocess.Popen[bytes], url: str, version: str, args: argparse.Namespace) -> dict[str, float]:
     asyncio.run(_sends(url, version, args.concurrency, args.warmup))
-    before = _cpu_seconds(proc.pid)
+    before = cpu_seconds(proc.pid)
     count = asyncio.run(_sends(url, version, args.concurrency, args.duration))
-    send_cpu = (_cpu_seconds(proc.pid) - before) / count * 1e6
-    before = _cpu_seconds(proc.pid)
+    send_cpu = (cpu_seconds(proc.pid) - before) / count * 1e6
+    before = cpu_seconds(proc.pid)
     events, wall = asyncio.run(_streams(url, version, args.streams))
-    stream_cpu = (_cpu_seconds(proc.pid) - before) / args.streams * 1e3
+    stream_cpu = (cpu_seconds(proc.pid) - before) / args.streams * 1e3
     return {"send_us": send_cpu, "send_rps": count / args.duration, "stream_ms": stream_cpu, "events_s": events / wall}
 
 
@@ -140,12 +110,9 @@ def main() -> None:
     p.add_argument("--sdk-python", default=sys.executable, help="a python with a2a-sdk 1.3.0[http-server] and uvicorn")
     args = p.parse_args()
     servers: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
-    serve = [sys.executable, "-m", "relaykit.cli", "serve", "bench/echo.py", "--store", "memory", "--no-push"]
-    servers["relaykit"] = _start(
-        lambda port: [*serve, "--host", HOST, "--port", str(port), "--log-level", "warning"], {}, "/readyz"
-    )
+    servers["relaykit"] = start_server(relaykit_serve())
     if args.sdk_peer.is_file():
-        servers["a2a-sdk"] = _start(
+        servers["a2a-sdk"] = start_server(
             lambda port: [args.sdk_python, str(args.sdk_peer), str(port)],
             {"A2A_SDK_V03_COMPAT": "1"},
             "/.well-known/agent-card.json",
