@@ -12,7 +12,9 @@ Layout (``ns`` = the namespace, default ``relaykit``):
   stream's top and gets ``ConflictError`` instead of interleaving its events.
 
 One reader coroutine per process follows every stream some local tap watches with a single blocking ``XREAD``
-(woken through a private wake stream when a new stream is added), and fans the entries out to the taps. A tap that
+(woken through a private wake stream when a new stream is added), and fans the entries out to the taps. The
+streams of tasks this process runs itself (``run_here``) are left out: their events reach the local taps as they
+are published. A tap that
 is handed an entry out of sequence (entries trimmed, or the stream lost with a Redis restart) is cut off and its
 reader refills it from the stream, or restarts from a Task snapshot (``Tap``'s rules, shared with the local bus).
 
@@ -161,6 +163,11 @@ class RedisEventBus:
         self._woken = False
         self._changed = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
+        # Tasks this process runs (holding their claim): every event of theirs is published here and reaches the
+        # local taps at once, so the reader does not read their streams back. ``_known``: those whose log top this
+        # process knows (it wrote the task's first event, or read the top once since it took the task).
+        self._here: set[str] = set()
+        self._known: set[str] = set()
         self._closing = False
         self.woke = False
         self.connected = False
@@ -258,10 +265,33 @@ class RedisEventBus:
         entries = await self.client.xrevrange(key, count=1)
         return _seq_of(entries[0][0]) if entries else 0
 
+    def run_here(self, task_id: str, *, new: bool = False) -> None:
+        """This process runs ``task_id`` now (it holds the task's claim): its events reach this process's taps as
+        they are published, not read back from Redis. ``new``: a task this process just created, whose log is
+        empty."""
+        self._here.add(task_id)
+        if new:
+            self._set_seq(task_id, 0)
+            self._known.add(task_id)
+
+    def run_elsewhere(self, task_id: str) -> None:
+        """``task_id`` no longer runs here: its local taps (if any) are followed from Redis again."""
+        self._here.discard(task_id)
+        self._known.discard(task_id)
+        if task_id in self._watch:
+            self._wake()
+
     async def prepare(self, task_id: str, stored_seq: int) -> int:
+        if task_id in self._known:
+            # Run here since its log began, or since the top was last read: nobody else appends (claims fence them).
+            seq = max(self._seq.get(task_id, 0), stored_seq)
+            self._set_seq(task_id, seq)
+            return seq
         top = await retrying(self.url, self.outage_timeout, lambda: self._top(self.key(task_id)))
         seq = max(top, stored_seq)
         self._set_seq(task_id, seq)
+        if task_id in self._here:
+            self._known.add(task_id)
         return seq
 
     async def publish(
@@ -345,7 +375,10 @@ class RedisEventBus:
         tap.execution = execution
         gap = False
         if after is None:
-            top = await retrying(self.url, self.read_patience, lambda: self._top(self.key(task_id)))
+            if task_id in self._known:
+                top = self._seq.get(task_id, 0)
+            else:
+                top = await retrying(self.url, self.read_patience, lambda: self._top(self.key(task_id)))
             tap.fill((), max(top, base_seq, self._seq.get(task_id, 0)))
         else:
             gap = not await self._replay(tap, after, max(base_seq, self._seq.get(task_id, 0)), lenient=False)
@@ -411,7 +444,8 @@ class RedisEventBus:
         watch = self._watch.get(tap.task_id)
         if watch is None:
             watch = self._watch[tap.task_id] = _Watch(tap.head)
-            self._wake()
+            if tap.task_id not in self._here:
+                self._wake()
         watch.taps.add(tap)
 
     def _wake(self) -> None:
@@ -432,13 +466,15 @@ class RedisEventBus:
     async def _read_loop(self) -> None:
         attempt = 0
         while not self._closing:
-            if not self._watch:
+            followed = [task_id for task_id in self._watch if task_id not in self._here]
+            if not followed:
                 self._changed.clear()
                 await self._changed.wait()
                 continue
             streams: dict[str, bytes | str] = {self._wake_key: self._wake_id}
             keyed: dict[bytes, str] = {}
-            for task_id, watch in self._watch.items():
+            for task_id in followed:
+                watch = self._watch[task_id]
                 key = self.key(task_id)
                 keyed[key.encode()] = task_id
                 streams[key] = f"{watch.cursor}-0"
@@ -465,12 +501,12 @@ class RedisEventBus:
             self.connected = True
             attempt = 0
             for key, entries in response or ():
-                followed = keyed.get(key)
-                if followed is None:
+                stream_of = keyed.get(key)
+                if stream_of is None:
                     if entries:
                         self._wake_id = entries[-1][0]
                     continue
-                found = self._watch.get(followed)
+                found = self._watch.get(stream_of)
                 if found is None:
                     continue
                 watch = found
@@ -497,6 +533,7 @@ class RedisEventBus:
 
     def forget(self, task_id: str) -> None:
         self._seq.pop(task_id, None)
+        self._known.discard(task_id)
 
     def tap_count(self, task_id: str | None = None) -> int:
         if task_id is not None:
