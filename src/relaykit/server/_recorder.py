@@ -221,21 +221,35 @@ class Recorder:
         pending.resolve(pending.first, self._body(active))
 
     def _write_deferred(self, active: ActiveTask, record: TaskRecord) -> None:
-        if active.dirty and active.record is record and self.registry.get(active.task_id) is active:
-            task = asyncio.ensure_future(self._flush_deferred(active, record))
-            self._deferred.add(task)
-            task.add_done_callback(self._deferred.discard)
+        """The deferred first write, unless the runner wrote since. It runs beside the runner, so it writes a copy
+        taken now (the live task and its event_seq move on meanwhile) and never in the middle of an emit."""
+        if not active.dirty or active.record is not record or self.registry.get(active.task_id) is not active:
+            return
+        if active.emitting:
+            asyncio.get_running_loop().call_later(_DEFERRED_WRITE, self._write_deferred, active, record)
+            return
+        body = record.task.to_json()
+        copy = TaskRecord(Task.from_json(body), record.tenant, record.owner, record.version, record.event_seq, body)
+        active.dirty = False
+        active.chunks_since_flush = 0
+        active.chunk_bytes_since_flush = 0
+        active.last_flush = time.monotonic()
+        task = asyncio.ensure_future(self._flush_deferred(active, record, copy))
+        self._deferred.add(task)
+        task.add_done_callback(self._deferred.discard)
 
-    async def _flush_deferred(self, active: ActiveTask, record: TaskRecord) -> None:
-        if not active.dirty or active.record is not record:
-            return  # written meanwhile
+    async def _flush_deferred(self, active: ActiveTask, record: TaskRecord, copy: TaskRecord) -> None:
         try:
-            # Serialised with the runner's own writes by Cluster.save (one lock per task).
-            await self._persist(active)
+            # Serialised with the runner's writes by Cluster.save (one lock per task). Should the runner write
+            # first, this copy's version is stale: it conflicts and changes nothing (the runner's write has it all).
+            await self.cluster.save(active, copy)
         except Exception as exc:
-            # The runner's next write (or its end) stores the state; a conflict there ends the execution.
             active.dirty = True
-            log.warning("task %s: could not write its state: %s", active.task_id, exc)
+            log.info("task %s: its first state waits for its next write: %s", active.task_id, exc)
+            return
+        # Still inside the same step as the lock's release: the runner's next write reads this version.
+        record.version = copy.version
+        record.body = copy.body if not active.dirty else record.body
 
     def _base_seq(self, active: ActiveTask) -> int:
         return active.record.event_seq if active.record is not None else 0
@@ -301,6 +315,9 @@ class Recorder:
             terminal=terminal,
             base_seq=base if base is not None else self._base_seq(active),
             execution=current.message.message_id if current is not None else "",
+            # A chunk not written with the task (no checkpoint) need not be waited for: its append is batched with
+            # the next ones, and a failure is raised by the task's next publish.
+            wait=base is not None or not isinstance(event, TaskArtifactUpdateEvent),
         )
         tel = self.telemetry
         if tel is None or isinstance(event, TaskArtifactUpdateEvent):
