@@ -278,8 +278,10 @@ class TaskEngine(Runner, Readers):
             event = outcome if isinstance(outcome, Message) else Task.model_validate_json(outcome)
             yield (0, event, stream_json(event))
             return
-        async for item in self.relay(pending, holder, request.tenant or call.tenant, call.user):
-            yield item
+        # aclosing: a caller that stops reading closes the relay (and its tap) at once, not when it is collected.
+        async with contextlib.aclosing(self.relay(pending, holder, request.tenant or call.tenant, call.user)) as items:
+            async for item in items:
+                yield item
 
     async def relay(
         self, pending: PendingRequest, holder: EventStream, tenant: str, owner: str

@@ -345,10 +345,11 @@ class Front:
         tenant = request.tenant or call.tenant
         tap, task_id, key, repeat, original, work, pending = await self._submit(request, call, streaming=True)
         if pending is not None:
-            async for item in self.engine.relay(pending, holder, tenant, call.user):
-                if isinstance(item[1], Message):
-                    await self._remember_reply(key, item[1])
-                yield item
+            async with contextlib.aclosing(self.engine.relay(pending, holder, tenant, call.user)) as items:
+                async for item in items:
+                    if isinstance(item[1], Message):
+                        await self._remember_reply(key, item[1])
+                    yield item
             return
         if repeat:
             tap, task_id, reply = await self._repeat_tap(original, request.message.message_id, tenant, call.user)
