@@ -24,22 +24,33 @@ import time
 import uuid
 from typing import Any
 
-import relaykit
+from relaykit import AgentExecutor, RequestContext, TaskUpdater
+from relaykit.server import EventQueue
 
 HOST = "127.0.0.1"
 HEADERS = {"A2A-Version": "1.0"}
 _SPEC = re.compile(r"^stamps (\d+) ([0-9.]+)")
 
 
-@relaykit.agent
-async def agent(context):  # type: ignore[no-untyped-def]
-    """``stamps N GAP``: N chunks, GAP seconds apart, each the time it was yielded."""
-    found = _SPEC.match(context.text)
-    count, gap = (int(found.group(1)), float(found.group(2))) if found else (10, 0.01)
-    for i in range(count):
-        if i:
-            await asyncio.sleep(gap)
-        yield f"{time.time():.6f}"
+class Stamps(AgentExecutor):
+    """``stamps N GAP``: N chunks, GAP seconds apart, each carrying the time it was handed to the engine. (Not an
+    ``@agent`` generator: that holds each chunk back until the next, to mark the last one.)"""
+
+    async def execute(self, context: RequestContext, queue: EventQueue) -> None:
+        updater = TaskUpdater(queue, context)
+        found = _SPEC.match(context.text)
+        count, gap = (int(found.group(1)), float(found.group(2))) if found else (10, 0.01)
+        artifact_id = None
+        for i in range(count):
+            if i:
+                await asyncio.sleep(gap)
+            artifact_id = await updater.artifact(
+                f"{time.time():.6f}", artifact_id=artifact_id, append=i > 0, last_chunk=i == count - 1
+            )
+        await updater.complete()
+
+
+agent = Stamps()
 
 
 async def _lines(response: Any) -> Any:
