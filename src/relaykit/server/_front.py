@@ -3,7 +3,9 @@
 A message is checked against the stored task, a new task is stored SUBMITTED (it survives any crash from here on),
 a tap on the task's event stream is opened for this execution (events carry the message id of the execution that
 produced them), and the message is enqueued; the caller then gets that execution's events or its outcome, from
-whichever worker runs it. A repeated ``messageId`` replays the original execution instead of starting another.
+whichever worker runs it. A message that starts a task, accepted by a worker with a free execution slot, is stored
+SUBMITTED and claimed in one statement and runs here instead (``_start_here``): its caller gets the execution's
+events and outcome in-process. A repeated ``messageId`` replays the original execution instead of starting another.
 """
 
 from __future__ import annotations

@@ -12,16 +12,16 @@ Layout (``ns`` = the namespace, default ``relaykit``):
   stream's top and gets ``ConflictError`` instead of interleaving its events.
 
 One reader coroutine per process follows every stream some local tap watches with a single blocking ``XREAD``
-(woken through a private wake stream when a new stream is added), and fans the entries out to the taps. The
-streams of tasks this process runs itself (``run_here``) are left out: their events reach the local taps as they
-are published. A tap that
-is handed an entry out of sequence (entries trimmed, or the stream lost with a Redis restart) is cut off and its
-reader refills it from the stream, or restarts from a Task snapshot (``Tap``'s rules, shared with the local bus).
+(woken through a private wake stream when a new stream is added), and fans the entries out to the taps. The streams
+of tasks this process runs itself (``run_here``) are left out: their events reach the local taps as they are
+published. A tap that is handed an entry out of sequence (entries trimmed, or the stream lost with a Redis restart)
+is cut off and its reader refills it from the stream, or restarts from a Task snapshot (``Tap``'s rules, shared with
+the local bus).
 
 Appends are batched (``_appends``: one pipeline per loop pass). When Redis is unreachable, appends are retried with
-backoff for ``outage_timeout`` seconds (the agent waits: no
-event is dropped), then fail with ``ServiceUnavailableError``; opening and replaying a stream give up after
-``read_patience`` seconds (the client gets 503 and comes back); the reader reconnects by itself.
+backoff for ``outage_timeout`` seconds (the agent waits: no event is dropped), then fail with
+``ServiceUnavailableError``; opening and replaying a stream give up after ``read_patience`` seconds (the client gets
+503 and comes back); the reader reconnects by itself.
 """
 
 from __future__ import annotations
@@ -108,10 +108,10 @@ class RedisEventBus:
         self._woken = False
         self._changed = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
+        self._appends = Appends(self)
         # Tasks this process runs (holding their claim): every event of theirs is published here and reaches the
         # local taps at once, so the reader does not read their streams back. ``_known``: those whose log top this
         # process knows (it wrote the task's first event, or read the top once since it took the task).
-        self._appends = Appends(self)
         self._here: set[str] = set()
         self._known: set[str] = set()
         self._closing = False
