@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The scale-out rows of bench/README.md: relaykit on its embedded default (SQLite, one process) against 1 and 3
+# The scale-out rows of bench/README.md: relaykit on its embedded default (SQLite, one process) against 1 and 2
 # replicas on PostgreSQL + Redis behind a round-robin proxy (bench/cluster.py), alternating, medians of ROUNDS
 # rounds. Needs the services of CONTRACT "Test services" and ../shared/bench/peers/setup.sh. On a 2-core machine
 # the replicas, PostgreSQL, Redis, the proxy and the load generator share the CPUs: read ratios, not absolutes.
@@ -13,6 +13,6 @@ mkdir -p "$OUT"
 "$SHARED/compare.sh" -r "$ROUNDS" -o "$OUT" -P "${BASEPORT:-9601}" \
   "embedded-sqlite|v1|relaykit serve bench/echo.py --port {port} --store sqlite:///$OUT/bench-{port}.db --log-level warning" \
   "pg-redis-x1|v1|python3 bench/cluster.py {port} --replicas 1" \
-  "pg-redis-x3|v1|python3 bench/cluster.py {port} --replicas 3" \
+  "pg-redis-x2|v1|python3 bench/cluster.py {port} --replicas 2" \
   -- --phases send,done,stream1k,streams,get "$@"
 echo "summary: $OUT/summary.md"

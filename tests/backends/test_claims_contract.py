@@ -543,3 +543,24 @@ async def test_relaykit_db_upgrade_migrates_a_version_1_namespace(postgres_url: 
     assert await upgrade(postgres_url, namespace=pg_namespace) == (SCHEMA_VERSION, SCHEMA_VERSION)
     version, columns, _ = await _schema_of(postgres_url, pg_namespace)
     assert (version, "worker" in columns) == (SCHEMA_VERSION, True)
+
+
+async def test_insert_claimed_stores_a_new_task_held_by_its_worker(store: ClaimingStore) -> None:
+    await store.heartbeat("w1", LONG_TTL)
+    await store.heartbeat("w2", LONG_TTL)
+    record = TaskRecord(make_task("t1", state=TaskState.SUBMITTED))
+    await store.insert_claimed(record, "w1")
+    assert await store.claimant("t1") == "w1"
+    assert await version_of(store, "t1") == record.version
+
+    # Held: another live worker cannot claim it; the holder's next write (the outcome) releases it.
+    assert await store.claim("t1", "w2") is None
+    record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=now())
+    record.body = None
+    await store.save_claimed(record, None)
+    assert await store.claimant("t1") is None
+
+    # A task that exists is not stored again, nor claimed.
+    with pytest.raises(ConflictError):
+        await store.insert_claimed(TaskRecord(make_task("t1", state=TaskState.SUBMITTED)), "w2")
+    assert await store.claimant("t1") is None

@@ -92,7 +92,7 @@ async def test_a_lost_entry_is_recreated_as_it_was_sent(
     )
     async with replica(agent, postgres_url, redis_url, cluster_namespace, worker=False) as api:
         cluster = api.engine.cluster
-        tap, task_id, _key, _repeat, _original, item = await cluster._submit(request, call)
+        tap, task_id, _key, _repeat, _original, item, _pending = await cluster._submit(request, call, streaming=False)
         cluster.bus.close_tap(tap)
         original = dataclasses.replace(item, entry_id=b"")
         # The entry is lost.

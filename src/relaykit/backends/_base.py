@@ -200,6 +200,10 @@ class TaskClaims(Protocol):
         ``ConflictError`` and changes nothing, the claim included.
         """
 
+    async def insert_claimed(self, record: TaskRecord, worker: str) -> None:
+        """``save`` of a new task (``version`` 0) already claimed by ``worker``, in one write: the replica that
+        accepts a message and runs it itself needs no separate claim. ``ConflictError`` when the task exists."""
+
     async def claimant(self, task_id: str) -> str | None:
         """The worker currently holding the task (alive or not), ``None`` when unclaimed or missing."""
 

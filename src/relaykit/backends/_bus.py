@@ -189,11 +189,13 @@ class EventBus(Protocol):
         terminal: bool = False,
         base_seq: int = 0,
         execution: str = "",
+        wait: bool = True,
     ) -> int:
         """Append one event (``data``: its StreamResponse JSON, or ``None`` to encode lazily); returns its seq.
 
         ``execution`` names the request whose execution produced the event (its message id), so a reader waiting
-        for one execution's events can tell them from another's.
+        for one execution's events can tell them from another's. ``wait=False`` (artifact chunks): a bus that writes
+        elsewhere may return before the append landed; its failure is then raised by the task's next publish.
         """
 
     async def open(

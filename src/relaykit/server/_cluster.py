@@ -4,7 +4,10 @@ How a message travels (ARCHITECTURE §5):
 
 1. The accepting replica checks it against the stored task, stores a new task as SUBMITTED (so it survives any
    crash from here on), opens a tap on the task's event stream for this execution, and enqueues the message on the
-   work queue.
+   work queue. **Run where accepted:** a new task's message, accepted by a worker with a free execution slot, is
+   stored SUBMITTED and claimed in one statement and runs in that process, as in one process (events to the caller
+   in-process, the shared log written for other subscribers and resumes); the queue is for overflow, continuations
+   and API-only replicas.
 2. A worker takes the entry, **claims** the task in the store (the lease: one runner per task across replicas; the
    claim bumps the task's version, so a presumed-dead runner can no longer write), hands the message to its engine,
    and acknowledges the entry. Its engine runs the executor exactly as in one process, appending events to the
@@ -304,8 +307,23 @@ class Cluster(Front):
         if task_id not in self.held and not lock.locked():
             self._locks.pop(task_id, None)
 
+    def _can_run_here(self) -> bool:
+        """Whether a message accepted here may run here at once: a worker with a free execution slot (else the work
+        queue hands it to whichever worker has one)."""
+        engine = self.engine
+        return self.worker and not self._intake_stopped and engine.running_executions < engine.max_concurrent
+
+    def _hold(self, task_id: str, held: bool) -> None:
+        """Record that this process claimed ``task_id`` by storing it (``insert_claimed``), or gave it up."""
+        if held:
+            self._generation += 1
+            self.held[task_id] = self._generation
+        else:
+            self.held.pop(task_id, None)
+
     def _on_idle(self, active: ActiveTask) -> None:
         self._capacity.set()
+        self.bus.run_elsewhere(active.task_id)
         if active.task_id in self.held:
             self._spawn(self._release(active.task_id, (active.tenant, active.owner)))
 
@@ -441,7 +459,9 @@ class Cluster(Front):
                 await self.bus.publish_error(item.task_id, message_id, error, base_seq=claim.record.event_seq)
                 await self._release(task.id)
                 return None
-            return self.engine.admit_claimed(request, call, claim.record, fresh=item.fresh)
+            pending = self.engine.admit_claimed(request, call, claim.record, fresh=item.fresh)
+            self.bus.run_here(task.id)
+            return pending
         return None
 
     async def _refuse(self, item: WorkItem, message_id: str, error: A2AError, record: TaskRecord) -> None:

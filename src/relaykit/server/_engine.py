@@ -38,7 +38,7 @@ from relaykit._types import Message, SendMessageRequest, Task, TaskState, TaskSt
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import EventBus
 from relaykit.backends.memory import LocalEventBus, MemoryTaskStore
-from relaykit.server._active import ActiveTask
+from relaykit.server._active import ActiveTask, PendingRequest
 from relaykit.server._context import CallContext
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._readers import EventStream, Readers, StreamItem, copy_task
@@ -112,6 +112,7 @@ class TaskEngine(Runner, Readers):
         self._accepting = False
         self._started = False
         self._sync_store = isinstance(self.store, MemoryTaskStore)
+        self._deferred: set[asyncio.Task[None]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -229,6 +230,11 @@ class TaskEngine(Runner, Readers):
         immediate = config is not None and config.return_immediately
         if isinstance(pending, Seen):
             return await self._repeat(pending, immediate, request.tenant or call.tenant, call)
+        return await self.outcome(pending, immediate)
+
+    async def outcome(self, pending: PendingRequest, immediate: bool) -> bytes | Message:
+        """What SendMessage answers for an admitted message: its first event (``immediate``) or its outcome, or
+        the task as it is when ``send_timeout`` passes first."""
         fut = pending.first if immediate else pending.done
         if self.send_timeout is None:
             return await fut
@@ -279,6 +285,15 @@ class TaskEngine(Runner, Readers):
             event = outcome if isinstance(outcome, Message) else Task.model_validate_json(outcome)
             yield (0, event, stream_json(event))
             return
+        # aclosing: a caller that stops reading closes the relay (and its tap) at once, not when it is collected.
+        async with contextlib.aclosing(self.relay(pending, holder, request.tenant or call.tenant, call.user)) as items:
+            async for item in items:
+                yield item
+
+    async def relay(
+        self, pending: PendingRequest, holder: EventStream, tenant: str, owner: str
+    ) -> AsyncGenerator[StreamItem, None]:
+        """The events of an admitted streaming message's execution, from the tap its runner opens."""
         assert pending.started is not None
         try:
             tap = await pending.started
@@ -290,8 +305,7 @@ class TaskEngine(Runner, Readers):
                 self.bus.close_tap(pending.tap)
             raise
         try:
-            tenant = request.tenant or call.tenant
-            async for item in self._follow(tap, until_terminal=False, tenant=tenant, owner=call.user):
+            async for item in self._follow(tap, until_terminal=False, tenant=tenant, owner=owner):
                 yield item
         finally:
             self.bus.close_tap(tap)

@@ -3,7 +3,9 @@
 A message is checked against the stored task, a new task is stored SUBMITTED (it survives any crash from here on),
 a tap on the task's event stream is opened for this execution (events carry the message id of the execution that
 produced them), and the message is enqueued; the caller then gets that execution's events or its outcome, from
-whichever worker runs it. A repeated ``messageId`` replays the original execution instead of starting another.
+whichever worker runs it. A message that starts a task, accepted by a worker with a free execution slot, is stored
+SUBMITTED and claimed in one statement and runs here instead (``_start_here``): its caller gets the execution's
+events and outcome in-process. A repeated ``messageId`` replays the original execution instead of starting another.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ log = logging.getLogger("relaykit.cluster")
 
 if TYPE_CHECKING:
     from relaykit.backends.redis import RedisEventBus
+    from relaykit.server._active import PendingRequest
     from relaykit.server._engine import TaskEngine
 
 __all__ = ["Front", "decode_call", "encode_call", "queued", "requeued"]
@@ -113,6 +116,7 @@ class Front:
     queue: RedisWorkQueue
     bus: RedisEventBus
     store: Any
+    id: str
     idempotency_window: float
     cancel_timeout: float
     requeue_after: float
@@ -121,6 +125,12 @@ class Front:
         raise NotImplementedError  # provided by Cluster
 
     async def _release(self, task_id: str) -> None:
+        raise NotImplementedError  # provided by Cluster
+
+    def _can_run_here(self) -> bool:
+        raise NotImplementedError  # provided by Cluster
+
+    def _hold(self, task_id: str, held: bool) -> None:
         raise NotImplementedError  # provided by Cluster
 
     async def _accept(self, request: SendMessageRequest, call: CallContext, task_id: str) -> tuple[bytes, bytes] | None:
@@ -136,6 +146,34 @@ class Front:
             task = record.task
             accept_continuation(message, task.id, task.context_id, task)
             return None
+        record = self._submitted(request, call, task_id)
+        await self.store.save(record)
+        queued_request, _, queued_call = (record.request or b"").partition(b"\n")
+        return queued_request, queued_call
+
+    async def _start_here(
+        self, request: SendMessageRequest, call: CallContext, task_id: str, *, streaming: bool
+    ) -> PendingRequest:
+        """Run where accepted: store the new task SUBMITTED and claimed by this replica in one statement, and run
+        its message in this process (its events reach the caller in-process; the shared log is written as ever,
+        for other subscribers and resumes). Should this replica die, the store's copy of the request lets another
+        worker take the task over, as for a queued message."""
+        record = self._submitted(request, call, task_id)
+        await self.store.insert_claimed(record, self.id)
+        self._hold(task_id, True)
+        try:
+            pending = self.engine.admit_claimed(request, call, record, fresh=True, streaming=streaming)
+        except BaseException:
+            self._hold(task_id, False)
+            raise
+        self.bus.run_here(task_id, new=True)
+        return pending
+
+    def _submitted(self, request: SendMessageRequest, call: CallContext, task_id: str) -> TaskRecord:
+        """A new task, SUBMITTED, with the request as queued (so a lost queue entry is re-created exactly)."""
+        message = request.message
+        tenant = request.tenant or call.tenant
+        owner = call.user
         message.context_id = message.context_id or new_id()
         message.task_id = task_id
         task = Task(
@@ -149,13 +187,13 @@ class Front:
         message.task_id = ""
         queued_request, queued_call = request.to_json(), encode_call(call)
         record.request = queued_request + b"\n" + queued_call
-        await self.store.save(record)
-        return queued_request, queued_call
+        return record
 
     async def _submit(
-        self, request: SendMessageRequest, call: CallContext
-    ) -> tuple[Any, str, str, bool, str, WorkItem | None]:
-        """Accept and enqueue a message; returns ``(tap, task_id, idempotency key, is_repeat, original, item)``."""
+        self, request: SendMessageRequest, call: CallContext, *, streaming: bool
+    ) -> tuple[Any, str, str, bool, str, WorkItem | None, PendingRequest | None]:
+        """Accept a message and run it here or enqueue it; returns ``(tap, task_id, idempotency key, is_repeat,
+        original, item, pending)``: ``pending`` when it runs here (then no tap and no item)."""
         engine = self.engine
         if not engine.accepting:
             raise ServiceUnavailableError("server is shutting down; retry against another instance")
@@ -172,12 +210,16 @@ class Front:
             key = self.queue.idem_key(tenant, owner, message.task_id or message.context_id, message.message_id)
             original = await self.queue.remember(key, json.dumps({"t": task_id}), self.idempotency_window)
             if original is not None:
-                return None, task_id, key, True, original, None
+                return None, task_id, key, True, original, None, None
         fresh = False
         undo = None
         try:
             if engine.quota_gate is not None:  # per-principal quotas shared by the replicas (server._quotas)
                 undo = await engine.quota_gate(owner, task_id, message.message_id)
+            if not message.task_id and self._can_run_here():
+                fresh = True
+                pending = await self._start_here(request, call, task_id, streaming=streaming)
+                return None, task_id, key, False, "", None, pending
             new = await self._accept(request, call, task_id)
             fresh = new is not None
             tap, _ = await self.bus.open(task_id, execution=message.message_id)
@@ -199,7 +241,7 @@ class Front:
                 with contextlib.suppress(Exception):
                     await self.store.delete(task_id, tenant=tenant, owner=owner)
             raise
-        return tap, task_id, key, False, "", item
+        return tap, task_id, key, False, "", item, None
 
     async def _execution(
         self, tap: Any, item: WorkItem | None, tenant: str, owner: str
@@ -252,7 +294,13 @@ class Front:
         config = request.configuration
         immediate = config is not None and config.return_immediately
         tenant = request.tenant or call.tenant
-        tap, task_id, key, repeat, original, item = await self._submit(request, call)
+        tap, task_id, key, repeat, original, item, pending = await self._submit(request, call, streaming=False)
+        if pending is not None:
+            # Run here: answered from the execution's last event, as in one process (no re-read).
+            result = await self.engine.outcome(pending, immediate)
+            if isinstance(result, Message):
+                await self._remember_reply(key, result)
+            return result
         if repeat:
             tap, task_id, reply = await self._repeat_tap(original, request.message.message_id, tenant, call.user)
             if reply is not None:
@@ -302,7 +350,14 @@ class Front:
     ) -> AsyncGenerator[StreamItem, None]:
         """SendStreamingMessage through the work queue: this execution's events, from whichever worker runs it."""
         tenant = request.tenant or call.tenant
-        tap, task_id, key, repeat, original, work = await self._submit(request, call)
+        tap, task_id, key, repeat, original, work, pending = await self._submit(request, call, streaming=True)
+        if pending is not None:
+            async with contextlib.aclosing(self.engine.relay(pending, holder, tenant, call.user)) as items:
+                async for item in items:
+                    if isinstance(item[1], Message):
+                        await self._remember_reply(key, item[1])
+                    yield item
+            return
         if repeat:
             tap, task_id, reply = await self._repeat_tap(original, request.message.message_id, tenant, call.user)
             if reply is not None:

@@ -177,13 +177,20 @@ class Readers:
         seen = last_event_id or 0
         # From the snapshot: it stands for every event up to ``stored_seq``; replay whatever came after it.
         tap, gap = await self.bus.open(task_id, after=max(stored_seq, seen), base_seq=stored_seq)
+        beyond = False
+        if gap and seen > stored_seq:
+            # The client's id is beyond anything the log has numbered: no position at all. Go on from the snapshot
+            # with what the log holds after it (a stored snapshot may be older than the log's top).
+            self.bus.close_tap(tap)
+            tap, gap = await self.bus.open(task_id, after=stored_seq, base_seq=stored_seq)
+            beyond = not gap
         if gap:
             self.bus.close_tap(tap)
             tap, _ = await self.bus.open(task_id, base_seq=stored_seq)
             stored_seq = tap.last_seq
         # The snapshot's id is not below the client's Last-Event-ID (resuming from it must not repeat events), unless
         # that id is beyond anything the log has numbered (then it is no position at all, and later ids must rise).
-        first = (max(stored_seq, min(seen, tap.head)), snapshot)
+        first = (stored_seq if beyond else max(stored_seq, min(seen, tap.head)), snapshot)
         return _Subscription(self._subscription(tap, first, tenant, call.user), self.bus, tap)
 
     async def _subscription(

@@ -52,6 +52,10 @@ _YIELD_INTERVAL = 0.010
 _GROWTH = 4  # a chunk checkpoint rewrites the task once the chunks since the last write add 1/4 of its size
 _MAX_CHECKPOINT_DELAY = 10.0  # seconds: chunks reach the store at least this often, however big the task
 _CHEAP_REWRITE = 1 << 20  # bytes: a stored task up to this size is rewritten on the interval trigger alone
+# Seconds a scale-out task's first state may wait for its next change before it is written on its own (the row
+# stored at acceptance says SUBMITTED meanwhile); states after which an execution goes on.
+_DEFERRED_WRITE = 0.1
+_DEFERRABLE = frozenset({TaskState.SUBMITTED, TaskState.WORKING})
 _PART_OVERHEAD = 16  # JSON framing of one part: '{"text":""},'
 
 
@@ -88,6 +92,8 @@ class Recorder:
     checkpoint_seconds: float
     max_artifact_bytes: int  # artifact bytes a live task may publish (0: no limit); past it the task FAILS
     _sync_store: bool
+    registry: dict[str, ActiveTask]  # the tasks this process runs
+    _deferred: set[asyncio.Task[None]]  # deferred first writes in flight (scale-out)
     # Observability (relaykit.telemetry.Telemetry) or None: spans around store writes and state publishes.
     telemetry: Any
 
@@ -198,8 +204,52 @@ class Recorder:
         provisional, active.provisional = active.provisional, None
         version = provisional.version if provisional is not None else 0  # write over the accepted row
         active.record = TaskRecord(task, active.tenant, active.owner, version, self.bus.last_seq(active.task_id))
-        await self._emit(active, None, None, persist=True)
+        if provisional is not None and task.status.state in _DEFERRABLE:
+            # Scale-out: the task is stored (SUBMITTED, its message the history) and claimed by this process, so a
+            # crash from here on is recovered like any other. Its first state is written with its next change, or
+            # within _DEFERRED_WRITE: a message answered at once costs one write, not two. A reader starting from
+            # the stored row (its event_seq) still gets this event.
+            active.record.event_seq = provisional.event_seq
+            active.record.body = provisional.body  # what is stored (the checkpoints weigh chunks against it)
+            active.last_flush = time.monotonic()
+            active.dirty = True
+            await self._emit(active, None, None, persist=False)
+            record = active.record
+            asyncio.get_running_loop().call_later(_DEFERRED_WRITE, self._write_deferred, active, record)
+        else:
+            await self._emit(active, None, None, persist=True)
         pending.resolve(pending.first, self._body(active))
+
+    def _write_deferred(self, active: ActiveTask, record: TaskRecord) -> None:
+        """The deferred first write, unless the runner wrote since. It runs beside the runner, so it writes a copy
+        taken now (the live task and its event_seq move on meanwhile) and never in the middle of an emit."""
+        if not active.dirty or active.record is not record or self.registry.get(active.task_id) is not active:
+            return
+        if active.emitting:
+            asyncio.get_running_loop().call_later(_DEFERRED_WRITE, self._write_deferred, active, record)
+            return
+        body = record.task.to_json()
+        copy = TaskRecord(Task.from_json(body), record.tenant, record.owner, record.version, record.event_seq, body)
+        active.dirty = False
+        active.chunks_since_flush = 0
+        active.chunk_bytes_since_flush = 0
+        active.last_flush = time.monotonic()
+        task = asyncio.ensure_future(self._flush_deferred(active, record, copy))
+        self._deferred.add(task)
+        task.add_done_callback(self._deferred.discard)
+
+    async def _flush_deferred(self, active: ActiveTask, record: TaskRecord, copy: TaskRecord) -> None:
+        try:
+            # Serialised with the runner's writes by Cluster.save (one lock per task). Should the runner write
+            # first, this copy's version is stale: it conflicts and changes nothing (the runner's write has it all).
+            await self.cluster.save(active, copy)
+        except Exception as exc:
+            active.dirty = True
+            log.info("task %s: its first state waits for its next write: %s", active.task_id, exc)
+            return
+        # Still inside the same step as the lock's release: the runner's next write reads this version.
+        record.version = copy.version
+        record.body = copy.body if not active.dirty else record.body
 
     def _base_seq(self, active: ActiveTask) -> int:
         return active.record.event_seq if active.record is not None else 0
@@ -265,6 +315,9 @@ class Recorder:
             terminal=terminal,
             base_seq=base if base is not None else self._base_seq(active),
             execution=current.message.message_id if current is not None else "",
+            # A chunk not written with the task (no checkpoint) need not be waited for: its append is batched with
+            # the next ones, and a failure is raised by the task's next publish.
+            wait=base is not None or not isinstance(event, TaskArtifactUpdateEvent),
         )
         tel = self.telemetry
         if tel is None or isinstance(event, TaskArtifactUpdateEvent):

@@ -199,12 +199,14 @@ class Runner(Cancellation):
         *,
         fresh: bool = False,
         rerun: bool = False,
+        streaming: bool = False,
     ) -> PendingRequest:
         """Run a message taken from the work queue (scale-out) on a task this process has claimed.
 
         ``record`` is the task as stored at the claim. ``fresh``: it is the SUBMITTED row the accepting replica
         wrote for a new task (the execution treats the task as new). ``rerun``: the message is already in the
-        task's history (an idempotent executor re-running a lost worker's execution).
+        task's history (an idempotent executor re-running a lost worker's execution). ``streaming``: the caller is
+        here and follows the execution's events (the replica that accepted the message runs it).
         """
         if not self._accepting:
             raise ServiceUnavailableError("server is shutting down; retry against another instance")
@@ -218,7 +220,7 @@ class Runner(Cancellation):
                 active = ActiveTask(task.id, task.context_id, record.tenant, record.owner, record)
         message = request.message
         message.context_id = active.context_id
-        pending = PendingRequest(message, request.configuration, request.metadata, call)
+        pending = PendingRequest(message, request.configuration, request.metadata, call, streaming=streaming)
         pending.rerun = rerun
         if self.telemetry is not None:
             pending.trace = self.telemetry.capture()

@@ -87,6 +87,7 @@ class LocalEventBus:
         terminal: bool = False,
         base_seq: int = 0,
         execution: str = "",
+        wait: bool = True,
     ) -> int:
         """Append one event to the task's log, fan it out, and return its sequence number.
 

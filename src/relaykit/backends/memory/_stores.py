@@ -228,6 +228,12 @@ class MemoryTaskStore:
         await self.save(record)  # no await inside: the write and the claim change are one step
         self._rows[record.task.id].worker = worker
 
+    async def insert_claimed(self, record: TaskRecord, worker: str) -> None:
+        if record.version != 0:
+            raise ValueError(f"task {record.task.id}: insert_claimed stores a new task (version 0)")
+        await self.save(record)  # no await inside: the insert and the claim are one step
+        self._rows[record.task.id].worker = worker
+
     async def claimant(self, task_id: str) -> str | None:
         row = self._rows.get(task_id)
         return row.worker if row is not None else None

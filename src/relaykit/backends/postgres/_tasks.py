@@ -94,6 +94,10 @@ class PostgresTaskStore(AttachedStore[Database]):
             f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request, "
             f"lean) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, {lean('$9')}) ON CONFLICT (id) DO NOTHING"
         )
+        self._sql_insert_claimed = (
+            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request, "
+            "worker) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING"
+        )
         # Scope in the WHERE clause too: a record can never move a task to another tenant or owner.
         self._sql_update = (
             f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9, "
@@ -419,6 +423,21 @@ class PostgresTaskStore(AttachedStore[Database]):
         if rowcount(await self._db.run(job)) != 1:
             raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
         record.version = version + 1
+
+    async def insert_claimed(self, record: TaskRecord, worker: str) -> None:
+        task_id = record.task.id
+        if record.version != 0:
+            raise ValueError(f"task {task_id}: insert_claimed stores a new task (version 0)")
+        if has_nul(worker):
+            raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
+        args = self._row(record)
+
+        async def job(conn: Any) -> str:
+            return str(await conn.execute(self._sql_insert_claimed, *args, record.request, worker))
+
+        if rowcount(await self._db.run(job)) != 1:
+            raise ConflictError(f"task {task_id} already exists")
+        record.version = 1
 
     async def claimant(self, task_id: str) -> str | None:
         if has_nul(task_id):

@@ -5,9 +5,10 @@
 redis-py is imported only when a client connects (``connect_redis``), not with this package.
 """
 
-from relaykit.backends.redis._bus import RedisEventBus, connect_redis, redact_redis, redis_unavailable
+from relaykit.backends.redis._bus import RedisEventBus
 from relaykit.backends.redis._queue import RedisWorkQueue, WorkItem
 from relaykit.backends.redis._quotas import RedisQuotas
+from relaykit.backends.redis._retry import connect_redis, redact_redis, redis_unavailable
 
 __all__ = [
     "RedisEventBus",

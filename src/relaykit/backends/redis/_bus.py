@@ -12,98 +12,45 @@ Layout (``ns`` = the namespace, default ``relaykit``):
   stream's top and gets ``ConflictError`` instead of interleaving its events.
 
 One reader coroutine per process follows every stream some local tap watches with a single blocking ``XREAD``
-(woken through a private wake stream when a new stream is added), and fans the entries out to the taps. A tap that
-is handed an entry out of sequence (entries trimmed, or the stream lost with a Redis restart) is cut off and its
-reader refills it from the stream, or restarts from a Task snapshot (``Tap``'s rules, shared with the local bus).
+(woken through a private wake stream when a new stream is added), and fans the entries out to the taps. The streams
+of tasks this process runs itself (``run_here``) are left out: their events reach the local taps as they are
+published. A tap that is handed an entry out of sequence (entries trimmed, or the stream lost with a Redis restart)
+is cut off and its reader refills it from the stream, or restarts from a Task snapshot (``Tap``'s rules, shared with
+the local bus).
 
-When Redis is unreachable, appends are retried with backoff for ``outage_timeout`` seconds (the agent waits: no
-event is dropped), then fail with ``ServiceUnavailableError``; opening and replaying a stream give up after
-``read_patience`` seconds (the client gets 503 and comes back); the reader reconnects by itself.
+Appends are batched (``_appends``: one pipeline per loop pass). When Redis is unreachable, appends are retried with
+backoff for ``outage_timeout`` seconds (the agent waits: no event is dropped), then fail with
+``ServiceUnavailableError``; opening and replaying a stream give up after ``read_patience`` seconds (the client gets
+503 and comes back); the reader reconnects by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import secrets
-import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from relaykit._errors import A2AError, ServiceUnavailableError, error_from_jsonrpc
+from relaykit._errors import A2AError, error_from_jsonrpc
 from relaykit._types import stream_json
-from relaykit.backends._base import ConflictError
 from relaykit.backends._bus import Item, Tap
+from relaykit.backends.redis._appends import Appends
+from relaykit.backends.redis._retry import (
+    BACKOFF,
+    connect_redis,
+    is_outage,
+    redact_redis,
+    redis_unavailable,
+    retrying,
+)
 
-__all__ = ["RedisEventBus", "connect_redis", "redact_redis", "redis_unavailable"]
+__all__ = ["RedisEventBus"]
 
 log = logging.getLogger("relaykit.redis")
-
-_T = TypeVar("_T")
-_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0)
-
-
-def _redis_module() -> Any:
-    try:
-        import redis.asyncio as aioredis
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise ImportError("the Redis bus needs redis-py: pip install 'relaykit[redis]'") from exc
-    return aioredis
-
-
-def redact_redis(url: str) -> str:
-    """``url`` without its password (for logs and error messages)."""
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    creds, _, host = rest.rpartition("@")
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user + ':***' if ':' in creds else user}@{host}"
-
-
-def connect_redis(url: str) -> Any:
-    """A redis-py asyncio client for ``url`` (bytes in and out; bounded connect and socket timeouts)."""
-    aioredis = _redis_module()
-    return aioredis.Redis.from_url(
-        url,
-        decode_responses=False,
-        socket_connect_timeout=5.0,
-        socket_keepalive=True,
-        health_check_interval=0,
-        max_connections=512,
-    )
-
-
-def redis_unavailable(url: str, exc: BaseException) -> ServiceUnavailableError:
-    """The A2A error for "Redis is not there": retryable, with a message a person can act on."""
-    return ServiceUnavailableError(f"the event bus (Redis at {redact_redis(url)}) is unreachable: {exc}; retry later")
-
-
-def is_outage(exc: BaseException) -> bool:
-    """Whether ``exc`` means Redis could not be reached (as opposed to a command error)."""
-    from redis import exceptions
-
-    return isinstance(exc, exceptions.ConnectionError | exceptions.TimeoutError | ConnectionError | OSError)
-
-
-async def retrying(url: str, patience: float, job: Callable[[], Awaitable[_T]]) -> _T:
-    """Run ``job``, retrying through a Redis outage for up to ``patience`` seconds."""
-    deadline = time.monotonic() + patience
-    attempt = 0
-    while True:
-        try:
-            return await job()
-        except Exception as exc:
-            if not is_outage(exc):
-                raise
-            if time.monotonic() >= deadline:
-                raise redis_unavailable(url, exc) from exc
-            delay = _BACKOFF[min(attempt, len(_BACKOFF) - 1)]
-            attempt += 1
-            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
 
 
 def _seq_of(entry_id: bytes) -> int:
@@ -161,6 +108,12 @@ class RedisEventBus:
         self._woken = False
         self._changed = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
+        self._appends = Appends(self)
+        # Tasks this process runs (holding their claim): every event of theirs is published here and reaches the
+        # local taps at once, so the reader does not read their streams back. ``_known``: those whose log top this
+        # process knows (it wrote the task's first event, or read the top once since it took the task).
+        self._here: set[str] = set()
+        self._known: set[str] = set()
         self._closing = False
         self.woke = False
         self.connected = False
@@ -216,6 +169,7 @@ class RedisEventBus:
             )
 
     async def close(self) -> None:
+        await self._appends.drain(2.0)
         self._closing = True
         self._changed.set()
         if self._reader is not None:
@@ -258,10 +212,35 @@ class RedisEventBus:
         entries = await self.client.xrevrange(key, count=1)
         return _seq_of(entries[0][0]) if entries else 0
 
+    def run_here(self, task_id: str, *, new: bool = False) -> None:
+        """This process runs ``task_id`` now (it holds the task's claim): its events reach this process's taps as
+        they are published, not read back from Redis. ``new``: a task this process just created, whose log is
+        empty."""
+        self._here.add(task_id)
+        if new:
+            self._set_seq(task_id, 0)
+            self._known.add(task_id)
+
+    def run_elsewhere(self, task_id: str) -> None:
+        """``task_id`` no longer runs here: its local taps (if any) are followed from Redis again."""
+        self._here.discard(task_id)
+        self._known.discard(task_id)
+        if task_id in self._watch:
+            self._wake()
+
     async def prepare(self, task_id: str, stored_seq: int) -> int:
+        await self._appends.settle(task_id)
+        self._appends.forget(task_id)  # a new execution: an earlier one's failed append is its past
+        if task_id in self._known:
+            # Run here since its log began, or since the top was last read: nobody else appends (claims fence them).
+            seq = max(self._seq.get(task_id, 0), stored_seq)
+            self._set_seq(task_id, seq)
+            return seq
         top = await retrying(self.url, self.outage_timeout, lambda: self._top(self.key(task_id)))
         seq = max(top, stored_seq)
         self._set_seq(task_id, seq)
+        if task_id in self._here:
+            self._known.add(task_id)
         return seq
 
     async def publish(
@@ -273,6 +252,7 @@ class RedisEventBus:
         terminal: bool = False,
         base_seq: int = 0,
         execution: str = "",
+        wait: bool = True,
     ) -> int:
         if data is None:
             data = stream_json(event)
@@ -280,44 +260,28 @@ class RedisEventBus:
         fields: dict[bytes, bytes | str] = {b"d": data}
         if execution:
             fields[b"x"] = execution
-        await self._append(task_id, seq, fields, terminal)
-        self._deliver(task_id, seq, event, data, execution, None)
+        deliver = functools.partial(self._deliver, task_id, seq, event, data, execution, None)
+        await self._add(task_id, seq, fields, terminal, deliver, wait)
         return seq
 
     async def publish_error(self, task_id: str, execution: str, error: A2AError, *, base_seq: int = 0) -> int:
         """Tell the caller of ``execution`` (on whatever replica) that it ended with ``error`` and no task event."""
         seq = max(self._seq.get(task_id, 0), base_seq) + 1
         body = json.dumps(error.to_jsonrpc()).encode()
-        await self._append(task_id, seq, {b"e": body, b"x": execution}, False)
-        self._deliver(task_id, seq, None, b"", execution, error)
+        deliver = functools.partial(self._deliver, task_id, seq, None, b"", execution, error)
+        await self._add(task_id, seq, {b"e": body, b"x": execution}, False, deliver, True)
         return seq
 
-    async def _append(self, task_id: str, seq: int, fields: dict[bytes, bytes | str], terminal: bool) -> None:
-        key = self.key(task_id)
-        entry_id = f"{seq}-0"
-        ttl = int((self.ttl if terminal else self.live_ttl) * 1000)
-        attempts = 0
-
-        async def job() -> None:
-            nonlocal attempts
-            attempts += 1
-            pipe = self.client.pipeline(transaction=False)
-            pipe.xadd(key, fields, id=entry_id, maxlen=self.maxlen, approximate=True)
-            pipe.pexpire(key, ttl)
-            try:
-                await pipe.execute()
-            except Exception as exc:
-                if is_outage(exc) or "equal or smaller" not in str(exc):
-                    raise
-                # A retry of an append that did land before the connection broke is not a conflict.
-                if attempts > 1 and await self.client.xrange(key, min=entry_id, max=entry_id):
-                    return
-                raise ConflictError(
-                    f"task {task_id}: event {seq} is already in the log (another process runs this task)"
-                ) from exc
-
-        await retrying(self.url, self.outage_timeout, job)
-        self._set_seq(task_id, seq)
+    async def _add(
+        self, task_id: str, seq: int, fields: dict[bytes, bytes | str], terminal: bool, deliver: Any, wait: bool
+    ) -> None:
+        self._set_seq(task_id, seq)  # taken now: the next publish numbers after it, whether or not this one waits
+        try:
+            await self._appends.add(task_id, self.key(task_id), seq, fields, terminal, deliver, wait)
+        except BaseException:
+            if self._seq.get(task_id) == seq:
+                self._set_seq(task_id, seq - 1)  # not in the log: the next publish may take the number again
+            raise
 
     def _deliver(self, task_id: str, seq: int, event: Any, data: bytes, execution: str, error: A2AError | None) -> None:
         self.woke = False
@@ -345,7 +309,10 @@ class RedisEventBus:
         tap.execution = execution
         gap = False
         if after is None:
-            top = await retrying(self.url, self.read_patience, lambda: self._top(self.key(task_id)))
+            if task_id in self._known:
+                top = self._seq.get(task_id, 0)
+            else:
+                top = await retrying(self.url, self.read_patience, lambda: self._top(self.key(task_id)))
             tap.fill((), max(top, base_seq, self._seq.get(task_id, 0)))
         else:
             gap = not await self._replay(tap, after, max(base_seq, self._seq.get(task_id, 0)), lenient=False)
@@ -411,7 +378,8 @@ class RedisEventBus:
         watch = self._watch.get(tap.task_id)
         if watch is None:
             watch = self._watch[tap.task_id] = _Watch(tap.head)
-            self._wake()
+            if tap.task_id not in self._here:
+                self._wake()
         watch.taps.add(tap)
 
     def _wake(self) -> None:
@@ -432,13 +400,15 @@ class RedisEventBus:
     async def _read_loop(self) -> None:
         attempt = 0
         while not self._closing:
-            if not self._watch:
+            followed = [task_id for task_id in self._watch if task_id not in self._here]
+            if not followed:
                 self._changed.clear()
                 await self._changed.wait()
                 continue
             streams: dict[str, bytes | str] = {self._wake_key: self._wake_id}
             keyed: dict[bytes, str] = {}
-            for task_id, watch in self._watch.items():
+            for task_id in followed:
+                watch = self._watch[task_id]
                 key = self.key(task_id)
                 keyed[key.encode()] = task_id
                 streams[key] = f"{watch.cursor}-0"
@@ -456,7 +426,7 @@ class RedisEventBus:
                 elif self.connected:
                     log.warning("Redis at %s is unreachable (%s); reconnecting", redact_redis(self.url), exc)
                 self.connected = False
-                await asyncio.sleep(_BACKOFF[min(attempt, len(_BACKOFF) - 1)])
+                await asyncio.sleep(BACKOFF[min(attempt, len(BACKOFF) - 1)])
                 attempt += 1
                 continue
             self._blocked = False
@@ -465,12 +435,12 @@ class RedisEventBus:
             self.connected = True
             attempt = 0
             for key, entries in response or ():
-                followed = keyed.get(key)
-                if followed is None:
+                stream_of = keyed.get(key)
+                if stream_of is None:
                     if entries:
                         self._wake_id = entries[-1][0]
                     continue
-                found = self._watch.get(followed)
+                found = self._watch.get(stream_of)
                 if found is None:
                     continue
                 watch = found
@@ -497,6 +467,8 @@ class RedisEventBus:
 
     def forget(self, task_id: str) -> None:
         self._seq.pop(task_id, None)
+        self._appends.forget(task_id)
+        self._known.discard(task_id)
 
     def tap_count(self, task_id: str | None = None) -> int:
         if task_id is not None:

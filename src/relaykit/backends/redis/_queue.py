@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from relaykit.backends.redis._bus import connect_redis, is_outage, redis_unavailable
+from relaykit.backends.redis._retry import connect_redis, is_outage, redis_unavailable
 
 __all__ = ["RedisWorkQueue", "WorkItem"]
 

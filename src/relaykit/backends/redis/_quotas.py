@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from relaykit.backends.redis._bus import is_outage, redis_unavailable
+from relaykit.backends.redis._retry import is_outage, redis_unavailable
 
 __all__ = ["RedisQuotas"]
 

@@ -1,0 +1,168 @@
+"""What one scale-out message costs the shared services, counted at the drivers (not a timing).
+
+One replica (PostgreSQL store + Redis bus) is served in this event loop on a real socket; asyncpg's statements and
+redis-py's round trips (each command or pipeline sent on a connection, a blocking read included) are counted while
+one blocking SendMessage to an echo agent is answered. The budget is issue 18's: a replica that accepts a message
+and has capacity runs it itself, so a simple message costs at most 3 statements (2 commits) and 8 Redis round
+trips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+import uvicorn
+from redis.asyncio.connection import AbstractConnection
+
+import relaykit
+from cluster.client import artifact_texts, message, send
+from relaykit.assembly import assemble
+from relaykit.http._app import http_app
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis]
+
+HOST = "127.0.0.1"
+PG_STATEMENTS = 3
+PG_COMMITS = 2
+REDIS_ROUND_TRIPS = 8
+
+
+@relaykit.agent
+async def echo(context):  # type: ignore[no-untyped-def]
+    return context.text
+
+
+@dataclass
+class Counts:
+    statements: list[str] = field(default_factory=list)
+    redis: list[str] = field(default_factory=list)
+    on: bool = False
+
+    @property
+    def commits(self) -> int:
+        # Every statement runs on its own (autocommit): each write is one commit.
+        return sum(
+            1 for sql in self.statements if sql.lstrip().split(None, 1)[0].upper() in {"INSERT", "UPDATE", "DELETE"}
+        )
+
+
+def _names(command: Any) -> str:
+    """The command names in one send, e.g. ``XADD+PEXPIRE`` (RESP: ``*N`` then N bulk strings ``$len``, value)."""
+    if isinstance(command, str):
+        data = command.encode()
+    elif isinstance(command, bytes):
+        data = command
+    else:
+        data = b"".join(part.encode() if isinstance(part, str) else bytes(part) for part in command)
+    names: list[str] = []
+    at = 0
+    while at < len(data):
+        end = data.index(b"\r\n", at)
+        count = int(data[at + 1 : end])
+        at = end + 2
+        for index in range(count):
+            end = data.index(b"\r\n", at)
+            size = int(data[at + 1 : end])
+            if index == 0:
+                names.append(data[end + 2 : end + 2 + size].decode(errors="replace"))
+            at = end + 2 + size + 2
+    return "+".join(names)
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[Counts]:
+    """Count asyncpg statements and redis-py sends (one per command or pipeline) while ``counts.on``."""
+    counts = Counts()
+    originals: dict[str, Any] = {}
+
+    def wrap_pg(name: str) -> None:
+        original = originals[name] = getattr(asyncpg.connection.Connection, name)
+
+        async def counted(self: Any, query: str, *args: Any, **kwargs: Any) -> Any:
+            # The tasks table only: worker heartbeats run on their own clock, not per message.
+            if counts.on and "_tasks" in query:
+                counts.statements.append(query)
+            return await original(self, query, *args, **kwargs)
+
+        setattr(asyncpg.connection.Connection, name, counted)
+
+    for name in ("execute", "executemany", "fetch", "fetchrow", "fetchval"):
+        wrap_pg(name)
+    send = originals["send"] = AbstractConnection.send_packed_command
+
+    async def counted_send(self: Any, command: Any, check_health: bool = True) -> None:
+        if counts.on:
+            counts.redis.append(_names(command))
+        await send(self, command, check_health)
+
+    AbstractConnection.send_packed_command = counted_send  # type: ignore[method-assign]
+    try:
+        yield counts
+    finally:
+        AbstractConnection.send_packed_command = send  # type: ignore[method-assign]
+        for name, original in originals.items():
+            if name != "send":
+                setattr(asyncpg.connection.Connection, name, original)
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((HOST, 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, ws="none"))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(20):
+            while not server.started:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.01)  # uvicorn offers no startup event; bounded by the timeout above
+        yield f"http://{HOST}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 10)
+        sock.close()
+
+
+async def test_one_blocking_message_costs_few_statements_and_round_trips(
+    cluster_namespace: str, postgres_url: str, redis_url: str
+) -> None:
+    server = assemble(echo, store=postgres_url, bus=redis_url, namespace=cluster_namespace, telemetry=False, push=False)
+    with counting() as counts:
+        async with serving(http_app(server)) as url, httpx.AsyncClient(timeout=10) as http:
+            # Warm up (connections opened, schema checked), then count single messages. Idle loops (the work
+            # queue's and the event reader's blocking reads) return on their own every second or more: the
+            # fewest of a few messages is the message's own cost.
+            seen: list[tuple[int, int, int, list[str], list[str]]] = []
+            for number in range(6):
+                counts.statements.clear()
+                counts.redis.clear()
+                counts.on = number > 0
+                result = await send(http, url, message(f"hello {number}"))
+                counts.on = False
+                assert result["task"]["status"]["state"] == "TASK_STATE_COMPLETED", result
+                assert artifact_texts(result["task"]) == [f"hello {number}"]
+                if number:
+                    seen.append(
+                        (
+                            len(counts.redis),
+                            len(counts.statements),
+                            counts.commits,
+                            [*counts.statements],
+                            [*counts.redis],
+                        )
+                    )
+    round_trips, statements, commits, sql, commands = min(seen)
+    detail = "\n".join(["statements:", *sql, "redis:", *commands])
+    assert statements <= PG_STATEMENTS, detail
+    assert commits <= PG_COMMITS, detail
+    assert round_trips <= REDIS_ROUND_TRIPS, detail
