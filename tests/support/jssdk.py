@@ -21,11 +21,12 @@ from pathlib import Path
 
 from support.sdk03 import cache_root
 
-# Exact versions. jose: 1.3.0's own dependency, which the signing script loads too; express: 0.3.14's optional peer
-# dependency for its server (the 0.3 tests run one).
+# Exact versions. jose: 1.3.0's own dependency, which the signing script loads too; express, @grpc/grpc-js and
+# @bufbuild/protobuf: 0.3.14's optional peer dependencies for its HTTP server and its gRPC server and client (the 0.3
+# tests run both ways on each).
 PACKAGES: dict[str, tuple[str, ...]] = {
     "1.3.0": ("@a2a-js/sdk@1.3.0", "jose@6.2.18"),
-    "0.3.14": ("@a2a-js/sdk@0.3.14", "express@5.1.0"),
+    "0.3.14": ("@a2a-js/sdk@0.3.14", "express@5.1.0", "@grpc/grpc-js@1.14.7", "@bufbuild/protobuf@2.17.0"),
 }
 ENV = {"1.3.0": "A2A_JS_SDK_DIR", "0.3.14": "A2A_JS_SDK03_DIR"}
 NPM_TIMEOUT = 300.0

@@ -6,7 +6,13 @@ import pydantic_core
 import pytest
 
 from relaykit import Artifact, Message, Part, Task, TaskState
+from relaykit._errors import (
+    ExtendedAgentCardNotConfiguredError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+)
 from relaykit._types import StreamResponse, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent
+from relaykit._v03 import _grpc as grpc03
 from relaykit._v03 import _json as j
 from relaykit._v03 import _pjson as pj
 from relaykit._v03 import _rpc
@@ -95,3 +101,31 @@ def test_push_config_without_id_takes_the_task_id() -> None:
     }
     assert config == expected
     assert j.config_out(config)["pushNotificationConfig"]["authentication"] == auth
+
+
+@pytest.mark.parametrize(
+    ("op", "status", "message", "cls", "text"),
+    [
+        # a2a-sdk 0.3: the 0.3 class name before the message, under a status that alone means something else
+        ("CancelTask", "UNIMPLEMENTED", "TaskNotCancelableError: done", TaskNotCancelableError, "done"),
+        (
+            "GetExtendedAgentCard",
+            "UNIMPLEMENTED",
+            "AuthenticatedExtendedCardNotConfiguredError: no",
+            ExtendedAgentCardNotConfiguredError,
+            "no",
+        ),
+        # @a2a-js/sdk 0.3: the bare message; the status on that rpc names the error
+        ("CancelTask", "FAILED_PRECONDITION", "Task not cancelable: t1", TaskNotCancelableError, None),
+        ("GetExtendedAgentCard", "FAILED_PRECONDITION", "x", ExtendedAgentCardNotConfiguredError, None),
+        ("ListTaskPushNotificationConfigs", "UNIMPLEMENTED", "x", PushNotificationNotSupportedError, None),
+        ("GetTask", "FAILED_PRECONDITION", "Task: whatever", None, None),  # neither: the caller's 1.0 reading
+    ],
+)
+def test_0_3_grpc_errors_are_read_as_each_sdk_means_them(
+    op: str, status: str, message: str, cls: type[Exception] | None, text: str | None
+) -> None:
+    err = grpc03.error_in(op, status, message)
+    assert (type(err) if err is not None else None) is cls
+    if err is not None:
+        assert err.message == (text if text is not None else message)

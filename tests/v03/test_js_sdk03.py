@@ -1,7 +1,8 @@
 """The JavaScript SDK's A2A 0.3 line (@a2a-js/sdk 0.3.14, node) as a client of relaykit's dual-stack server, on the
-bindings its client offers (JSON-RPC and HTTP+JSON; it has no gRPC client transport worth a separate setup here):
-send, stream, get, multi-turn input-required, cancel (and a refused second cancel), resubscribe, push config
-set/get/list/delete with one delivery to its own webhook, and a missing task as its TaskNotFound error class.
+bindings its client offers (JSON-RPC, HTTP+JSON and gRPC, the last from its ``client/grpc`` entry point, dialling
+the card's 0.3 ``additionalInterfaces`` entry with transport "GRPC"): send, stream, get, multi-turn input-required,
+cancel (and a refused second cancel), resubscribe, push config set/get/list/delete with one delivery to its own
+webhook, and a missing task as its TaskNotFound error class.
 
 The other direction (relaykit's Client against an @a2a-js/sdk 0.3 agent) is in ``test_client_against_sdk03.py``.
 Needs ``node``; the SDK comes from npm once and is cached (``support.jssdk``); skipped with the reason when node or
@@ -23,9 +24,10 @@ pytestmark = pytest.mark.interop
 
 SCRIPT = Path(__file__).parent / "js" / "sdk03_client.mjs"
 TIMEOUT = 180.0  # the whole script; each step inside is bounded by 20 s
+TRANSPORT_CLASS = {"JSONRPC": "_JsonRpcTransport", "HTTP+JSON": "_RestTransport", "GRPC": "_GrpcTransport"}
 
 
-@pytest.mark.parametrize("transport", ["JSONRPC", "HTTP+JSON"], ids=["jsonrpc", "rest"])
+@pytest.mark.parametrize("transport", ["JSONRPC", "HTTP+JSON", "GRPC"], ids=["jsonrpc", "rest", "grpc"])
 def test_js_sdk03_client_against_relaykit(js_sdk03: Path, dual_server: ServerProcess, transport: str) -> None:
     node = shutil.which("node")
     assert node is not None  # js_sdk03 skipped (or failed under CI) otherwise
@@ -40,7 +42,7 @@ def test_js_sdk03_client_against_relaykit(js_sdk03: Path, dual_server: ServerPro
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert "error" not in report, report["error"]
-    assert report["transportClass"] == {"JSONRPC": "_JsonRpcTransport", "HTTP+JSON": "_RestTransport"}[transport]
+    assert report["transportClass"] == TRANSPORT_CLASS[transport]
     assert report["send"] == {"kind": "task", "state": "completed", "artifact": "hello"}
     assert report["get"] == {"id": True, "state": "completed", "history": 1}
     assert report["stream"] == [

@@ -18,6 +18,21 @@ from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
 from relaykit._card import AgentCard
+from relaykit._errors import (
+    A2AError,
+    ContentTypeNotSupportedError,
+    ExtendedAgentCardNotConfiguredError,
+    InternalError,
+    InvalidAgentResponseError,
+    InvalidParamsError,
+    InvalidRequestError,
+    JSONParseError,
+    MethodNotFoundError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 from relaykit._grpc_gen import a2a_v0_3_pb2 as pb
 from relaykit._methods import OPERATIONS_BY_NAME, Operation
 from relaykit._model import A2AModel, Encoded
@@ -25,7 +40,16 @@ from relaykit._v03 import _pjson as pj
 from relaykit._v03._card import _merge, card_in, card_out
 from relaykit._v03._json import history_in
 
-__all__ = ["RPCS", "SERVICE_NAME", "Rpc03", "card_message", "decode_result", "encode_request", "event_bytes"]
+__all__ = [
+    "RPCS",
+    "SERVICE_NAME",
+    "Rpc03",
+    "card_message",
+    "decode_result",
+    "encode_request",
+    "error_in",
+    "event_bytes",
+]
 
 SERVICE_NAME = "a2a.v1.A2AService"
 MARK = "relaykitProtocolVersion"
@@ -242,3 +266,47 @@ def decode_result(op: Operation, data: bytes) -> Any:
 def decode_event(data: bytes) -> Json:
     """A serialized 0.3 StreamResponse as the 1.0 StreamResponse dict."""
     return pj.stream_in(_dict(pb.StreamResponse.FromString(data)))
+
+
+# A 0.3 gRPC error carries no google.rpc.ErrorInfo, so the 1.0 reading (reason first, status code otherwise) misnames
+# some, and the two 0.3 SDKs say which error it is in two different ways: a2a-sdk 0.3 puts the 0.3 class name before
+# the message ("TaskNotCancelableError: ...") under a coarse status (UNIMPLEMENTED for TaskNotCancelable, which by
+# code alone reads as UnsupportedOperation); @a2a-js/sdk 0.3 sends the bare message and means the error by the
+# status for that rpc (FAILED_PRECONDITION on CancelTask is TaskNotCancelable, on GetAgentCard the unconfigured
+# extended card; UNIMPLEMENTED on a push config rpc is PushNotificationNotSupported), as its own client reads it.
+_NAMED: dict[str, type[A2AError]] = {
+    cls.__name__: cls
+    for cls in (
+        ContentTypeNotSupportedError,
+        InternalError,
+        InvalidAgentResponseError,
+        InvalidParamsError,
+        InvalidRequestError,
+        JSONParseError,
+        MethodNotFoundError,
+        PushNotificationNotSupportedError,
+        TaskNotCancelableError,
+        TaskNotFoundError,
+        UnsupportedOperationError,
+    )
+}
+_NAMED["AuthenticatedExtendedCardNotConfiguredError"] = ExtendedAgentCardNotConfiguredError  # its 0.3 name
+_PUSH_OPS = ("Create", "Get", "Delete")
+_BY_RPC_STATUS: dict[tuple[str, str], type[A2AError]] = {
+    ("CancelTask", "FAILED_PRECONDITION"): TaskNotCancelableError,
+    ("GetExtendedAgentCard", "FAILED_PRECONDITION"): ExtendedAgentCardNotConfiguredError,
+    ("SubscribeToTask", "UNIMPLEMENTED"): UnsupportedOperationError,
+    ("ListTaskPushNotificationConfigs", "UNIMPLEMENTED"): PushNotificationNotSupportedError,
+    **{(f"{verb}TaskPushNotificationConfig", "UNIMPLEMENTED"): PushNotificationNotSupportedError for verb in _PUSH_OPS},
+}
+
+
+def error_in(op: str, status: str, message: str) -> A2AError | None:
+    """The A2A error a 0.3 peer meant by a gRPC ``status`` (its name) and ``message`` on the rpc of operation ``op``,
+    or ``None`` when neither convention names one (the caller then reads the status code as in 1.0)."""
+    name, sep, rest = message.partition(": ")
+    named = _NAMED.get(name) if sep else None
+    if named is not None:
+        return named(rest)
+    cls = _BY_RPC_STATUS.get((op, status))
+    return cls(message) if cls is not None else None

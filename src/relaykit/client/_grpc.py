@@ -89,8 +89,9 @@ def _decode_details(status: Any) -> list[dict[str, Any]]:
     return out
 
 
-def grpc_error(exc: grpc.aio.AioRpcError, target: str) -> A2AError:
-    """An ``A2AError`` for a failed call, from its status code, message and ``grpc-status-details-bin``."""
+def grpc_error(exc: grpc.aio.AioRpcError, target: str, op03: str | None = None) -> A2AError:
+    """An ``A2AError`` for a failed call, from its status code, message and ``grpc-status-details-bin``; ``op03``:
+    the operation, when the peer speaks 0.3 (whose errors carry no details; ``grpc03.error_in`` reads them)."""
     code = exc.code()
     name = code.name if code is not None else "UNKNOWN"
     message = exc.details() or ""
@@ -107,6 +108,8 @@ def grpc_error(exc: grpc.aio.AioRpcError, target: str) -> A2AError:
             return A2AConnectionError(f"cannot reach {target}: {message or 'unavailable'}")
         if name == "DEADLINE_EXCEEDED":
             return A2ATimeoutError(f"{target} did not answer in time")
+        if op03 is not None and (meant := grpc03.error_in(op03, name, message)) is not None:
+            return meant
     err = error_from_grpc(name, message, details)
     if isinstance(err, ServiceUnavailableError):
         err.retryable = True  # type: ignore[attr-defined]
@@ -234,7 +237,7 @@ class GrpcTransport:
         try:
             response = await self._unary[op.name](data, metadata=self._metadata(headers), timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
-            raise grpc_error(exc, self.target) from None
+            raise grpc_error(exc, self.target, op.name if self.v03 else None) from None
         if op.response is None:
             return None
         return self._decode(op, response)
@@ -258,7 +261,7 @@ class GrpcTransport:
                 index += 1
                 yield event_id, self._decode(op, data)
         except grpc.aio.AioRpcError as exc:
-            raise grpc_error(exc, self.target) from None
+            raise grpc_error(exc, self.target, op.name if self.v03 else None) from None
         finally:
             if not call.done():
                 call.cancel()

@@ -1,6 +1,8 @@
 // @a2a-js/sdk 0.3.x's client against an A2A 0.3 server (relaykit's dual stack in the tests): send, stream, get,
 // multi-turn input-required, cancel, resubscribe, push config CRUD with one delivery, one error. Prints one JSON
 // report line; every step is bounded. node sdk03_client.mjs BASE_URL TRANSPORT   (A2A_JS_SDK03_DIR as for the server)
+// TRANSPORT: JSONRPC, HTTP+JSON or GRPC (the SDK's gRPC transport is a separate entry point, added to the factory
+// only then; it dials the card's 0.3 additionalInterfaces entry with transport "GRPC", a host:port).
 import { randomUUID } from "node:crypto";
 import http from "node:http";
 import path from "node:path";
@@ -9,9 +11,9 @@ import { pathToFileURL } from "node:url";
 const [base, transport] = process.argv.slice(2);
 const STEP = 20000;
 const root = process.env.A2A_JS_SDK03_DIR;
-const { ClientFactory, ClientFactoryOptions } = await import(
-  pathToFileURL(path.join(root, "node_modules", "@a2a-js", "sdk", "dist", "client", "index.js")).href
-);
+const sdk = (entry) => import(pathToFileURL(path.join(root, "node_modules", "@a2a-js", "sdk", "dist", entry)).href);
+const { ClientFactory, ClientFactoryOptions } = await sdk("client/index.js");
+const extra = transport === "GRPC" ? [new (await sdk("client/transports/grpc/index.js")).GrpcTransportFactory()] : [];
 
 const bounded = (promise, what) =>
   Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error(`${what}: no answer in ${STEP} ms`)), STEP).unref())]);
@@ -33,7 +35,7 @@ const hookUrl = `http://127.0.0.1:${hook.address().port}/hook`;
 
 const report = {};
 try {
-  const factory = new ClientFactory(ClientFactoryOptions.createFrom(ClientFactoryOptions.default, { preferredTransports: [transport] }));
+  const factory = new ClientFactory(ClientFactoryOptions.createFrom(ClientFactoryOptions.default, { transports: extra, preferredTransports: [transport] }));
   const client = await bounded(factory.createFromUrl(base), "card");
   report.transportClass = client.transport.constructor.name;
 

@@ -1,6 +1,8 @@
-// An A2A 0.3 agent on @a2a-js/sdk 0.3.x (express): JSON-RPC at "/", HTTP+JSON at the root ("/v1/..."), the same
-// kitchen behaviour as ../sdk03_server.py, for relaykit's client tests. Prints "ready" once listening.
-//   node sdk03_server.mjs PORT      (A2A_JS_SDK03_DIR: the directory whose node_modules holds the SDK and express)
+// An A2A 0.3 agent on @a2a-js/sdk 0.3.x: JSON-RPC at "/" and HTTP+JSON at the root ("/v1/...") on express, the 0.3
+// gRPC service (@grpc/grpc-js) on GRPC_PORT, the same kitchen behaviour as ../sdk03_server.py, for relaykit's client
+// tests. Prints "ready" once both listen (the HTTP side, which serves the card, starts last).
+//   node sdk03_server.mjs PORT GRPC_PORT   (A2A_JS_SDK03_DIR: the directory whose node_modules holds the SDK, express
+//   and @grpc/grpc-js)
 // ESM on purpose: the SDK's CommonJS build gives its server and express entry points two different A2AError classes,
 // so every error (task not found, …) leaves the express handlers as -32603; its ESM build shares one.
 import { randomUUID } from "node:crypto";
@@ -10,11 +12,14 @@ import { pathToFileURL } from "node:url";
 
 const root = process.env.A2A_JS_SDK03_DIR;
 const sdk = (entry) => import(pathToFileURL(path.join(root, "node_modules", "@a2a-js", "sdk", "dist", entry)).href);
-const express = createRequire(path.join(root, "package.json"))("express");
+const load = createRequire(path.join(root, "package.json"));
+const express = load("express");
+const grpc = load("@grpc/grpc-js");
 const { DefaultRequestHandler, InMemoryTaskStore, InMemoryPushNotificationStore } = await sdk("server/index.js");
 const { agentCardHandler, jsonRpcHandler, restHandler, UserBuilder } = await sdk("server/express/index.js");
+const grpcSdk = await sdk("server/grpc/index.js");
 
-const port = Number(process.argv[2]);
+const [port, grpcPort] = process.argv.slice(2).map(Number);
 const base = `http://127.0.0.1:${port}`;
 const card = {
   name: "a2a-js 0.3 kitchen",
@@ -26,6 +31,7 @@ const card = {
   additionalInterfaces: [
     { url: base + "/", transport: "JSONRPC" },
     { url: base, transport: "HTTP+JSON" },
+    { url: `127.0.0.1:${grpcPort}`, transport: "GRPC" }, // a gRPC target (host:port), as both SDKs dial it
   ],
   capabilities: { streaming: true, pushNotifications: true },
   defaultInputModes: ["text/plain"],
@@ -89,4 +95,9 @@ const options = { requestHandler: handler, userBuilder: UserBuilder.noAuthentica
 app.use("/.well-known/agent-card.json", agentCardHandler({ agentCardProvider: handler }));
 app.use(restHandler(options));
 app.post("/", jsonRpcHandler(options));
+const grpcServer = new grpc.Server();
+grpcServer.addService(grpcSdk.A2AService, grpcSdk.grpcService({ requestHandler: handler, userBuilder: grpcSdk.UserBuilder.noAuthentication }));
+await new Promise((resolve, reject) =>
+  grpcServer.bindAsync(`127.0.0.1:${grpcPort}`, grpc.ServerCredentials.createInsecure(), (err) => (err ? reject(err) : resolve())),
+);
 app.listen(port, "127.0.0.1", () => console.log("ready"));
