@@ -97,7 +97,8 @@ def _load(path: str | None) -> Any:
 
         return create_app(BenchEcho(), store="memory")
     spec = importlib.util.spec_from_file_location("peer_app", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.app
