@@ -13,7 +13,7 @@ from typing import Any
 
 from relaykit._errors import ResourceExhaustedError, TaskNotFoundError, UnsupportedOperationError
 from relaykit._state import INTERRUPTED, TERMINAL
-from relaykit._types import Message, StreamResponse, Task, TaskStatusUpdateEvent
+from relaykit._types import Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import END, EventBus, Tap, TapOverflowError
 from relaykit.server._active import ActiveTask, visible
@@ -78,6 +78,8 @@ class Readers:
                 continue
             yield item
             event = item[1]
+            if type(event) is TaskArtifactUpdateEvent:
+                continue  # most events of a stream: none of them ends it
             if isinstance(event, Message):
                 if not until_terminal:
                     return
