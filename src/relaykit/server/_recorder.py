@@ -98,9 +98,9 @@ class Recorder:
         # One coroutine for the whole of an event's recording (a layer less per event than a wrapper around it).
         # Artifact chunks, most events of a stream, are told apart by their exact type first: an isinstance that
         # fails costs several times a type comparison.
-        chunk = type(event) is TaskArtifactUpdateEvent
+        # (Tested inline, not kept in a variable: mypy narrows the event's type on them.)
         try:
-            if not chunk and isinstance(event, Message):
+            if type(event) is not TaskArtifactUpdateEvent and isinstance(event, Message):
                 if active.task is not None or active.message_mode:
                     raise InvalidAgentResponseError(
                         "a Message after the task was created, or a second Message: "
@@ -121,7 +121,10 @@ class Recorder:
                 return
             if active.message_mode:
                 raise InvalidAgentResponseError("a task event after a Message reply", task_id=active.task_id)
-            event_task_id = event.id if not chunk and isinstance(event, Task) else event.task_id
+            if type(event) is not TaskArtifactUpdateEvent and isinstance(event, Task):
+                event_task_id = event.id
+            else:
+                event_task_id = event.task_id
             if event_task_id != active.task_id:
                 raise InvalidAgentResponseError(
                     f"event for task {event_task_id!r} published while executing task {active.task_id!r}"
@@ -132,7 +135,7 @@ class Recorder:
                     return
             task = active.task
             assert task is not None
-            if chunk or isinstance(event, TaskArtifactUpdateEvent):
+            if type(event) is TaskArtifactUpdateEvent or isinstance(event, TaskArtifactUpdateEvent):
                 size = _chunk_bytes(event)
                 active.artifact_bytes += size
                 if self.max_artifact_bytes and active.artifact_bytes > self.max_artifact_bytes:
