@@ -259,10 +259,15 @@ class Recorder:
         base: int | None = None,
     ) -> int:
         if terminal is None:
-            terminal = type(event) is not TaskArtifactUpdateEvent and (
-                isinstance(event, Message)
-                or (isinstance(event, TaskStatusUpdateEvent | Task) and event.status.state in TERMINAL)
-            )
+            kind = type(event)
+            if kind is TaskArtifactUpdateEvent:
+                terminal = False
+            elif kind is TaskStatusUpdateEvent:
+                terminal = event.status.state in TERMINAL
+            else:
+                terminal = isinstance(event, Message) or (
+                    isinstance(event, TaskStatusUpdateEvent | Task) and event.status.state in TERMINAL
+                )
         bus = self.bus
         current = active.current
         publish = bus.publish(
