@@ -96,11 +96,15 @@ class Recorder:
         if active.agent_error is not None:
             raise active.agent_error
         # One coroutine for the whole of an event's recording (a layer less per event than a wrapper around it).
-        # Artifact chunks, most events of a stream, are told apart by their exact type first: an isinstance that
-        # fails costs several times a type comparison.
-        # (Tested inline, not kept in a variable: mypy narrows the event's type on them.)
+        # Artifact chunks and status events, all but a few events, are told apart by their exact type first: an
+        # isinstance against a model class that fails costs several times a type comparison. (Tested inline, not
+        # kept in a variable: mypy narrows the event's type on them.)
         try:
-            if type(event) is not TaskArtifactUpdateEvent and isinstance(event, Message):
+            if (
+                type(event) is not TaskArtifactUpdateEvent
+                and type(event) is not TaskStatusUpdateEvent
+                and isinstance(event, Message)
+            ):
                 if active.task is not None or active.message_mode:
                     raise InvalidAgentResponseError(
                         "a Message after the task was created, or a second Message: "
@@ -121,7 +125,11 @@ class Recorder:
                 return
             if active.message_mode:
                 raise InvalidAgentResponseError("a task event after a Message reply", task_id=active.task_id)
-            if type(event) is not TaskArtifactUpdateEvent and isinstance(event, Task):
+            if (
+                type(event) is not TaskArtifactUpdateEvent
+                and type(event) is not TaskStatusUpdateEvent
+                and isinstance(event, Task)
+            ):
                 event_task_id = event.id
             else:
                 event_task_id = event.task_id
@@ -131,11 +139,13 @@ class Recorder:
                 )
             if active.record is None:
                 await self._create(active, pending, event)
-                if isinstance(event, Task):
+                if type(event) is not TaskArtifactUpdateEvent and isinstance(event, Task):
                     return
             task = active.task
             assert task is not None
-            if type(event) is TaskArtifactUpdateEvent or isinstance(event, TaskArtifactUpdateEvent):
+            if type(event) is TaskArtifactUpdateEvent or (
+                type(event) is not TaskStatusUpdateEvent and isinstance(event, TaskArtifactUpdateEvent)
+            ):
                 size = _chunk_bytes(event)
                 active.artifact_bytes += size
                 if self.max_artifact_bytes and active.artifact_bytes > self.max_artifact_bytes:
@@ -183,7 +193,7 @@ class Recorder:
     async def _create(self, active: ActiveTask, pending: PendingRequest, event: Event | None) -> None:
         message = pending.message
         message.task_id = active.task_id
-        if isinstance(event, Task):
+        if type(event) is not TaskArtifactUpdateEvent and isinstance(event, Task):
             if event.context_id and event.context_id != active.context_id:
                 raise InvalidAgentResponseError(f"new task carries contextId {event.context_id!r}")
             task = copy_task(event)
