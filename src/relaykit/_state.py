@@ -83,7 +83,8 @@ def apply(task: Task, event: Task | Message | TaskStatusUpdateEvent | TaskArtifa
     ...                                status=TaskStatus(state=TaskState.WORKING))).status.state.name
     'WORKING'
     """
-    if isinstance(event, TaskArtifactUpdateEvent):
+    # (A status event is tested by exact type first: an isinstance against a model class that fails costs more.)
+    if type(event) is not TaskStatusUpdateEvent and isinstance(event, TaskArtifactUpdateEvent):
         _check_owner(task, event.task_id)
         if task.status.state in TERMINAL:
             raise IllegalTransitionError(
@@ -124,7 +125,12 @@ def _check_owner(task: Task, task_id: str) -> None:
 def _apply_artifact(task: Task, event: TaskArtifactUpdateEvent) -> None:
     new = event.artifact
     artifacts = task.artifacts
-    index = next((i for i in range(len(artifacts) - 1, -1, -1) if artifacts[i].artifact_id == new.artifact_id), -1)
+    # The newest artifact of that id. A plain loop, not ``next(<genexpr>)``: a generator left unfinished is closed
+    # when freed (a GeneratorExit raised in its frame), which cost more than the search itself on every chunk.
+    index = len(artifacts) - 1
+    artifact_id = new.artifact_id
+    while index >= 0 and artifacts[index].artifact_id != artifact_id:
+        index -= 1
     if not event.append:
         # The stored artifact owns its parts list (shallow copy, once per artifact): later chunks extend it in
         # place, and the event object that subscribers still hold must not change under them.

@@ -128,6 +128,11 @@ class Tap:
                 await self._waiter
             finally:
                 self._waiter = None
+        return self.take()
+
+    def take(self) -> Item:
+        """The next item, when one is buffered (``pending()``): what ``get`` returns, without awaiting (a reader
+        taking a burst pays no coroutine per item)."""
         item = self._items.popleft()
         self._bytes -= len(item[2]) if item[2] is not None else _UNENCODED
         self.last_seq = item[0]

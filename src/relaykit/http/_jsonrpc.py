@@ -128,7 +128,8 @@ class JSONRPCBinding:
             if legacy:
                 data = v03.encode_result(op.name, result)
             else:
-                data = result.to_json() if isinstance(result, A2AModel | Encoded) else _EMPTY
+                encoded = type(result) is Encoded or isinstance(result, A2AModel | Encoded)
+                data = result.to_json() if encoded else _EMPTY
             await send_bytes(send, 200, _result(rid, data), _JSON, extension_headers(call))
         except A2AError as exc:
             await self._error(send, rid, exc)

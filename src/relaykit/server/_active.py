@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relaykit._types import Message, SendMessageConfiguration, Task
 from relaykit.backends._base import TaskRecord
 from relaykit.backends._bus import Tap
 from relaykit.server._context import CallContext, RequestContext
+
+if TYPE_CHECKING:
+    from relaykit.server._recent import Seen
 
 __all__ = ["ActiveTask", "PendingRequest", "visible"]
 
@@ -22,7 +25,19 @@ __all__ = ["ActiveTask", "PendingRequest", "visible"]
 class PendingRequest:
     """One message waiting for, or in, execution, with the futures its caller awaits."""
 
-    __slots__ = ("call", "configuration", "done", "first", "message", "metadata", "rerun", "started", "tap", "trace")
+    __slots__ = (
+        "call",
+        "configuration",
+        "done",
+        "first",
+        "message",
+        "metadata",
+        "rerun",
+        "seen",
+        "started",
+        "tap",
+        "trace",
+    )
 
     def __init__(
         self,
@@ -51,10 +66,21 @@ class PendingRequest:
         self.rerun = False
         # The trace context the message was admitted in (its execution span's parent); None without tracing.
         self.trace: Any = None
+        # Its entry in the engine's recent messages (idempotency), told when ``done`` is settled. Called directly
+        # rather than as a done callback: that would cost a loop callback per message.
+        self.seen: Seen | None = None
 
     def resolve(self, fut: asyncio.Future[Any], value: Any) -> None:
         if not fut.done():
             fut.set_result(value)
+
+    def finish(self, value: Any) -> None:
+        """Resolve ``done`` (the execution's outcome)."""
+        done = self.done
+        if not done.done():
+            done.set_result(value)
+        if self.seen is not None:
+            self.seen.settle(done)
 
     def reject(self, exc: BaseException) -> None:
         for fut in (self.first, self.done, self.started):
@@ -62,6 +88,8 @@ class PendingRequest:
                 fut.set_exception(exc)
                 # The caller may have gone away (client disconnect); don't log "exception never retrieved".
                 fut.exception()
+        if self.seen is not None:
+            self.seen.settle(self.done)
 
 
 class ActiveTask:

@@ -8,12 +8,12 @@ behind is refilled from the ring or restarted from a snapshot, and never waits f
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import Any
 
 from relaykit._errors import ResourceExhaustedError, TaskNotFoundError, UnsupportedOperationError
 from relaykit._state import INTERRUPTED, TERMINAL
-from relaykit._types import Message, StreamResponse, Task, TaskStatusUpdateEvent
+from relaykit._types import Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import END, EventBus, Tap, TapOverflowError
 from relaykit.server._active import ActiveTask, visible
@@ -45,7 +45,7 @@ class Readers:
         given = -1  # the seq the last snapshot given by this reader stood for
         while True:
             try:
-                item = await tap.get()
+                item = tap.take() if tap.pending() else await tap.get()
             except TapOverflowError:
                 # The reader fell behind and its tap was cut off: refill it from the replay ring, or, when the ring no
                 # longer reaches back that far, restart it from a snapshot of the task (live, or as stored once the
@@ -78,6 +78,8 @@ class Readers:
                 continue
             yield item
             event = item[1]
+            if type(event) is TaskArtifactUpdateEvent:
+                continue  # most events of a stream: none of them ends it
             if isinstance(event, Message):
                 if not until_terminal:
                     return
@@ -221,9 +223,10 @@ class EventStream:
     def __aiter__(self) -> EventStream:
         return self
 
-    async def __anext__(self) -> StreamItem:
+    def __anext__(self) -> Awaitable[StreamItem]:
+        # The generator's own awaitable, not a coroutine around it: one frame less per event.
         assert self.items is not None
-        return await self.items.__anext__()
+        return self.items.__anext__()
 
     def pending(self) -> int:
         """Events buffered and ready to read without waiting."""

@@ -49,7 +49,7 @@ class Seen:
         self.error = done.exception()
         if self.error is None:
             result = done.result()
-            if isinstance(result, Message):
+            if type(result) is not bytes and isinstance(result, Message):  # (bytes: a task, the common case)
                 self.reply = result
 
 

@@ -156,7 +156,7 @@ class Runner(Cancellation):
         self._enqueue(active, pending)
         if self.recent.window > 0:
             seen = Seen(active.task_id, active.context_id, pending)
-            pending.done.add_done_callback(seen.settle)
+            pending.seen = seen
             self.recent.add(tenant, owner, message.message_id, seen)
         return pending
 
@@ -398,11 +398,11 @@ class Runner(Cancellation):
             # ``first`` is cancelled when a returnImmediately caller left; ``exception()`` would raise then.
             reply = first.result() if first.done() and not first.cancelled() and first.exception() is None else None
             if reply is not None:
-                pending.resolve(pending.done, reply)
+                pending.finish(reply)
         elif task is not None:
             body = self._body(active)
             pending.resolve(pending.first, body)
-            pending.resolve(pending.done, body)
+            pending.finish(body)
         else:
             pending.reject(InvalidAgentResponseError("the agent returned without replying"))
         if pending.tap is not None:
