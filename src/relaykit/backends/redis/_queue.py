@@ -23,9 +23,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from relaykit.backends.redis._retry import connect_redis, is_outage, redis_unavailable
+from relaykit.backends.redis._retry import connect_redis, is_outage, redis_unavailable, retrying
 
-__all__ = ["RedisWorkQueue", "WorkItem"]
+__all__ = ["REMEMBER_PATIENCE", "RedisWorkQueue", "WorkItem"]
+
+REMEMBER_PATIENCE = 2.0  # seconds the idempotency check rides out a Redis outage before answering 503
 
 _GROUP = "workers"
 
@@ -256,13 +258,21 @@ class RedisWorkQueue:
 
     async def remember(self, key: str, value: str, window: float) -> str | None:
         """Set ``key`` to ``value`` unless it exists; returns the existing value (a repeat) or None (first)."""
-        pipe = self.client.pipeline(transaction=True)
-        pipe.set(key, value, nx=True, px=int(window * 1000))
-        pipe.get(key)
-        created, current = await self._call(pipe.execute())
-        if created:
+
+        async def job() -> Any:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.set(key, value, nx=True, px=int(window * 1000))
+            pipe.get(key)
+            return await pipe.execute()
+
+        # Every new message passes here first, so a pooled connection that went stale in a Redis restart would fail
+        # the first message after it: retried through a short outage instead. A retry can find its own write (the
+        # reply of the first attempt was lost): ``value`` names a fresh task, so that is still a first.
+        created, current = await retrying(self.url, REMEMBER_PATIENCE, job)
+        found = current.decode() if current is not None else None
+        if created or found == value:
             return None
-        return current.decode() if current is not None else None
+        return found
 
     async def update(self, key: str, value: str, window: float) -> None:
         await self._call(self.client.set(key, value, xx=True, px=int(window * 1000)))
