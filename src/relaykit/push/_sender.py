@@ -17,8 +17,9 @@ A restart resumes the outbox's pending entries; with an outbox shared by replica
 third of the lease and takes over the streams of a replica that died (their leases expired). One runner per stream
 (and a store lease) means two deliveries of the same (task, config) never overlap.
 
-Modules: this one holds ``PushSender`` (and re-exports ``ConfigCache`` and ``DeliveryPolicy``); ``_config_cache``
-the cached view of the push-config store; ``_policy`` ``DeliveryPolicy``.
+Modules: this one holds ``PushSender`` (and re-exports ``ConfigCache`` and ``DeliveryPolicy``); ``_webhook`` one
+POST to a receiver (client, headers, the attempt); ``_config_cache`` the cached view of the push-config store;
+``_policy`` ``DeliveryPolicy``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import contextvars
 import itertools
 import logging
 import os
@@ -35,7 +35,6 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
-import httpcore
 import httpx
 
 from relaykit._types import (
@@ -59,9 +58,10 @@ from relaykit.push._config_cache import ConfigCache, TaskKey
 from relaykit.push._outbox import OutboxWriter
 from relaykit.push._policy import DeliveryPolicy
 from relaykit.push._rate import NotificationGate
-from relaykit.push._signing import SIGNATURE_HEADER, PushSigner
-from relaykit.push._ssrf import GuardedBackend, WebhookGuard
+from relaykit.push._signing import PushSigner
+from relaykit.push._ssrf import WebhookGuard
 from relaykit.push._suspend import Suspensions
+from relaykit.push._webhook import EVENT_ID_HEADER, post_webhook, quiet_webhook_logs, webhook_client, webhook_headers
 
 if TYPE_CHECKING:
     from relaykit.server._active import ActiveTask
@@ -71,23 +71,9 @@ __all__ = ["EVENT_ID_HEADER", "ConfigCache", "DeliveryPolicy", "PushEvents", "Pu
 
 log = logging.getLogger("relaykit.push")
 
-EVENT_ID_HEADER = "X-Relaykit-Event-Id"
-USER_AGENT = "relaykit-push/0.1"
 PushEvents = Literal["all", "state"]
 
 _TERMINAL = frozenset(s for s in TaskState if s.is_terminal)
-# Set while a webhook request is in flight: httpx logs every request URL at INFO, and a webhook URL may carry a
-# secret in its query string. Its log records are dropped inside deliveries (the health record has the outcome).
-_DELIVERING: contextvars.ContextVar[bool] = contextvars.ContextVar("relaykit_push_delivering", default=False)
-
-
-class _QuietDeliveries(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not _DELIVERING.get()
-
-
-_QUIET = _QuietDeliveries()
-_MAX_RESPONSE = 64 * 1024  # bytes of a webhook's response body read (and thrown away) so the connection is reused
 
 
 class _Stream:
@@ -97,15 +83,6 @@ class _Stream:
         self.key = key
         self.queue: collections.deque[OutboxEntry] = collections.deque()
         self.runner: asyncio.Task[None] | None = None
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None  # an HTTP date: ignored, the backoff applies
 
 
 def _state_of(event: Any) -> TaskState | None:
@@ -174,25 +151,6 @@ class PushSender:
 
     # --- lifecycle -----------------------------------------------------------------------------------------
 
-    def _client(self) -> httpx.AsyncClient:
-        ssl_context = httpx.create_ssl_context()
-        transport = httpx.AsyncHTTPTransport(verify=ssl_context, trust_env=False)
-        # The pool httpx would build, but connecting through the SSRF guard (httpx has no backend parameter).
-        transport._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=self.policy.concurrency,
-            max_keepalive_connections=min(self.policy.concurrency, 32),
-            keepalive_expiry=30.0,
-            network_backend=GuardedBackend(self.guard),
-        )
-        return httpx.AsyncClient(
-            transport=transport,
-            timeout=self.policy.timeout,
-            follow_redirects=False,
-            trust_env=False,
-            headers={"user-agent": USER_AGENT},
-        )
-
     async def start(self) -> None:
         """Open the outbox and resume its pending notifications."""
         if self.started:
@@ -203,9 +161,8 @@ class PushSender:
         self._idle = asyncio.Event()
         self._idle.set()
         if self._own_http:
-            self._http = self._client()
-        if _QUIET not in logging.getLogger("httpx").filters:
-            logging.getLogger("httpx").addFilter(_QUIET)
+            self._http = webhook_client(self.guard, self.policy)
+        quiet_webhook_logs()
         self._writer = OutboxWriter(self.outbox, self._dispatch)
         self._writer.start()
         self.started = True
@@ -529,55 +486,21 @@ class PushSender:
 
     def headers(self, entry: OutboxEntry, config: TaskPushNotificationConfig) -> dict[str, str]:
         """The headers of one delivery attempt of ``entry`` to ``config``."""
-        media = "application/json" if config.protocol_version else "application/a2a+json"
-        headers = {"content-type": media, EVENT_ID_HEADER: entry.event_id}
-        auth = config.authentication
-        if auth is not None and auth.scheme:
-            headers["authorization"] = f"{auth.scheme} {auth.credentials}" if auth.credentials else auth.scheme
-        if config.token:
-            headers["x-a2a-notification-token"] = config.token
-        if self.signer is not None:
-            headers[SIGNATURE_HEADER] = self.signer.sign(
-                body=entry.body, task_id=entry.task_id, event_id=entry.event_id
-            )
-        return headers
+        return webhook_headers(entry, config, self.signer)
 
     async def deliver(self, entry: OutboxEntry, config: TaskPushNotificationConfig) -> tuple[bool, str, float | None]:
         """One attempt: ``(ok, error, retry_after)``."""
         http = self._http
         assert http is not None
+        timeout = self.policy.timeout
         if self.telemetry is not None:
             headers = self.headers(entry, config)
             with self.telemetry.push_attempt(entry, httpx.URL(config.url).host, headers) as span:
-                ok, error, retry_after = await self._attempt(http, entry, config, headers)
+                ok, error, retry_after = await post_webhook(http, entry, config, headers, timeout)
                 if span is not None and not ok:
                     span.set_attribute("error.type", error.split(":", 1)[0][:80])
             return ok, error, retry_after
-        return await self._attempt(http, entry, config, self.headers(entry, config))
-
-    async def _attempt(
-        self, http: httpx.AsyncClient, entry: OutboxEntry, config: TaskPushNotificationConfig, headers: dict[str, str]
-    ) -> tuple[bool, str, float | None]:
-        quiet = _DELIVERING.set(True)
-        try:
-            async with asyncio.timeout(self.policy.timeout):
-                async with http.stream("POST", config.url, content=entry.body, headers=headers) as response:
-                    status = response.status_code
-                    retry_after = _retry_after(response.headers.get("retry-after"))
-                    size = 0
-                    async for chunk in response.aiter_raw():
-                        size += len(chunk)
-                        if size > _MAX_RESPONSE:
-                            break
-        except (TimeoutError, httpx.TimeoutException):
-            return False, f"timed out after {self.policy.timeout:g} s", None
-        except httpx.HTTPError as exc:
-            return False, f"{type(exc).__name__}: {exc}"[:500], None
-        finally:
-            _DELIVERING.reset(quiet)
-        if 200 <= status < 300:
-            return True, "", None
-        return False, f"HTTP {status}", retry_after
+        return await post_webhook(http, entry, config, self.headers(entry, config), timeout)
 
     # --- reading -------------------------------------------------------------------------------------------
 
