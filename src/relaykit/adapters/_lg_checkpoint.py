@@ -27,6 +27,7 @@ import base64
 import contextlib
 import json
 import random
+import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -121,6 +122,8 @@ class ConversationSaver(BaseCheckpointSaver[str]):
         self._active: dict[ConversationKey, _Thread] = {}
         # The loop the async methods last ran on: where a synchronous caller's work must run (see _sync).
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._private: asyncio.AbstractEventLoop | None = None  # a plain script's loop (see _sync)
+        self._private_lock = threading.Lock()
 
     # --- turns -------------------------------------------------------------------------------------------------
 
@@ -317,9 +320,19 @@ class ConversationSaver(BaseCheckpointSaver[str]):
                 "(await asyncio.to_thread(graph.invoke, ...))"
             )
         loop = self._loop
-        if loop is not None and loop.is_running():
-            return asyncio.run_coroutine_threadsafe(work, loop).result()
-        return asyncio.run(work)
+        if loop is None or not loop.is_running():
+            # No served loop: one private loop in a daemon thread, for every sync call of this saver. (LangGraph
+            # calls put_writes from its own worker threads while invoke waits: a loop per call, asyncio.run, could
+            # be picked up by another thread as "the running loop" and closed under it, which hung invoke.)
+            loop = self._private_loop()
+        return asyncio.run_coroutine_threadsafe(work, loop).result()
+
+    def _private_loop(self) -> asyncio.AbstractEventLoop:
+        with self._private_lock:
+            if self._private is None:
+                self._private = asyncio.new_event_loop()
+                threading.Thread(target=self._private.run_forever, name="relaykit-lg-saver", daemon=True).start()
+            return self._private
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self._sync(self.aget_tuple(config))
