@@ -250,11 +250,13 @@ class Recorder:
         active.chunks_since_flush = 0
         active.chunk_bytes_since_flush = 0
         active.last_flush = time.monotonic()
-        task = asyncio.ensure_future(self._flush_deferred(active, record, copy))
+        task = asyncio.ensure_future(self._flush_deferred(active, record, copy, record.body))
         self._deferred.add(task)
         task.add_done_callback(self._deferred.discard)
 
-    async def _flush_deferred(self, active: ActiveTask, record: TaskRecord, copy: TaskRecord) -> None:
+    async def _flush_deferred(
+        self, active: ActiveTask, record: TaskRecord, copy: TaskRecord, taken: bytes | None
+    ) -> None:
         try:
             # Serialised with the runner's writes by Cluster.save (one lock per task). Should the runner write
             # first, this copy's version is stale: it conflicts and changes nothing (the runner's write has it all).
@@ -265,7 +267,11 @@ class Recorder:
             return
         # Still inside the same step as the lock's release: the runner's next write reads this version.
         record.version = copy.version
-        record.body = copy.body if not active.dirty else record.body
+        # The copy's bytes become "what is stored" only if the runner has not encoded a newer state meanwhile: a
+        # terminal write waiting on this save's lock has already set its own body (and cleared ``dirty``), and
+        # replacing it with this older copy made a blocking caller's answer, and the stored row, the mid-stream one.
+        if record.body is taken and not active.dirty:
+            record.body = copy.body
 
     def _base_seq(self, active: ActiveTask) -> int:
         return active.record.event_seq if active.record is not None else 0
