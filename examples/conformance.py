@@ -101,6 +101,10 @@ _BEHAVIOURS = {
     "tck-stream-artifact-file": _stream_file,
     "tck-stream-artifact-chunked": _stream_chunked,
     "test-resubscribe-message-id": _resubscribe,
+    # The 0.3.x kit's webhook-delivery tests (a2a-tck PR 178): the first message must leave the task open so that a
+    # push config can be set on it; the follow-up then moves it on, which is what gets delivered.
+    "test-push-delivery-": _input_required,
+    "test-push-trigger-": _complete,
 }
 _PREFIXES = sorted(_BEHAVIOURS, key=len, reverse=True)
 
