@@ -130,3 +130,24 @@ def test_a_users_test_file(tmp_path: Path) -> None:
     assert "1 error" in summary, result.stdout + result.stderr
     assert "no agent to serve" in result.stdout
     assert "@pytest.mark.a2a_agent" in result.stdout
+
+
+class TestAMarkerBesideAnOverriddenFixture:
+    """The plugin docstring's example: a module overrides ``a2a_agent`` and one test marks another agent; the marker
+    names the agent for that test (the closer, more specific choice), on both fixtures."""
+
+    @pytest.fixture
+    def a2a_agent(self) -> object:
+        return shout
+
+    async def test_the_fixture_serves_unmarked_tests(self, a2a_client: Client) -> None:
+        assert await a2a_client.ask("quiet") == "QUIET"
+
+    @pytest.mark.a2a_agent(ScriptedAgent([artifact("scripted"), complete()]))
+    async def test_the_marker_wins_in_process(self, a2a_client: Client) -> None:
+        assert await a2a_client.ask("anything") == "scripted"
+
+    @pytest.mark.a2a_agent(ScriptedAgent([artifact("scripted"), complete()]))
+    async def test_the_marker_wins_over_http(self, a2a_server: str) -> None:
+        async with Client(a2a_server) as client:
+            assert await client.ask("anything") == "scripted"

@@ -3,7 +3,8 @@
 Fixtures:
 
 * ``a2a_agent``: the agent under test. Override it (in a conftest or a test module), or mark a test with
-  ``@pytest.mark.a2a_agent(executor)``; an ``AgentExecutor`` instance or class, or an ASGI app. (pytest takes a
+  ``@pytest.mark.a2a_agent(executor)``; an ``AgentExecutor`` instance or class, or an ASGI app. A marked test gets
+  the marker's agent even where the fixture is overridden (the marker is the more specific choice). (pytest takes a
   class given alone to a marker as the decorated object: write ``@pytest.mark.a2a_agent.with_args(MyExecutor)``.)
 * ``a2a_client``: a connected ``relaykit.client.Client`` for ``a2a_agent``, in-process (no sockets); an async
   fixture, so it needs pytest-asyncio.
@@ -106,17 +107,28 @@ def a2a_agent(request: pytest.FixtureRequest) -> Any:
     return marker.args[0]
 
 
+def _agent_under_test(request: pytest.FixtureRequest) -> Any:
+    """The marker's agent when the test is marked, else the ``a2a_agent`` fixture's (the plugin's or an override).
+
+    Asking for the fixture by name, only when there is no marker, is what lets a marker win over a module or conftest
+    that overrides ``a2a_agent``: an override replaces the plugin's fixture, marker reading included."""
+    marker = request.node.get_closest_marker("a2a_agent")
+    if marker is not None and marker.args:
+        return marker.args[0]
+    return request.getfixturevalue("a2a_agent")
+
+
 @_async_fixture  # type: ignore[untyped-decorator]
-async def a2a_client(a2a_agent: Any) -> AsyncIterator[Client]:
-    """A ``relaykit.client.Client`` connected in-process to ``a2a_agent`` (memory store, live streams)."""
+async def a2a_client(request: pytest.FixtureRequest) -> AsyncIterator[Client]:
+    """A ``relaykit.client.Client`` connected in-process to the agent under test (memory store, live streams)."""
     if not _HAS_ASYNCIO:  # pragma: no cover - depends on the environment
         pytest.fail("the a2a_client fixture needs pytest-asyncio (pip install pytest-asyncio)", pytrace=False)
-    async with InProcessClient(a2a_agent) as client:
+    async with InProcessClient(_agent_under_test(request)) as client:
         yield client
 
 
 @pytest.fixture
-def a2a_server(a2a_agent: Any) -> Iterator[str]:
-    """The base URL of a uvicorn server on 127.0.0.1 serving ``a2a_agent``; stopped after the test."""
-    with ServerThread(a2a_agent) as url:
+def a2a_server(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The base URL of a uvicorn server on 127.0.0.1 serving the agent under test; stopped after the test."""
+    with ServerThread(_agent_under_test(request)) as url:
         yield url
