@@ -95,3 +95,21 @@ async def test_refusal_is_403_on_http(agent: Callable[..., Any]) -> None:
     assert rest.status_code == 403
     assert rest.json()["error"]["status"] == "PERMISSION_DENIED"
     assert status.status_code == 403
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_extended_card_describes_the_server_it_comes_from(agent: Callable[..., Any], binding: str) -> None:
+    # EXTENDED names no interfaces, capabilities or security: the served one has the server's, like the public card
+    # (supportedInterfaces is REQUIRED and must not be empty; a client switches to the extended card).
+    served = await agent(whoami, auth=Auth(APIKeyAuthenticator({"alice": "alice-key"})), extended_card=EXTENDED)
+    async with asyncio.timeout(T):
+        keyed = await served.client(binding, APIKeyAuth("alice-key"))
+        public = keyed.card
+        card = await keyed.extended_card()
+        assert isinstance(await keyed.send("still callable"), Task)
+    assert card.name == "whoami (extended)"
+    assert [s.id for s in card.skills] == ["secret"]
+    assert card.supported_interfaces == public.supported_interfaces
+    assert card.security_schemes == public.security_schemes
+    assert card.security_requirements == public.security_requirements
+    assert card.capabilities == public.capabilities

@@ -76,3 +76,19 @@ async def test_v03_grpc_is_authenticated(served: Served) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await asyncio.wait_for(call(b""), T)
     assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_v03_extended_card_is_a_whole_0_3_card(served: Served) -> None:
+    # The extended card given names no interfaces; a 0.3 reader still needs url / protocolVersion /
+    # preferredTransport to call the agent, and a 1.0 reader the supportedInterfaces (REQUIRED): the server fills in
+    # what it serves, as it does for the public card.
+    alice = {"X-API-Key": "alice-key"}
+    async with httpx.AsyncClient(base_url=served.url, timeout=T) as http:
+        public = (await http.get("/.well-known/agent-card.json")).json()
+        card = (await http.post("/", json=_rpc("agent/getAuthenticatedExtendedCard", {}), headers=alice)).json()
+    result = card["result"]
+    assert result["name"] == "whoami (extended)"
+    for member in ("url", "protocolVersion", "preferredTransport", "additionalInterfaces", "supportedInterfaces"):
+        assert result[member] == public[member], member
+    assert result["securitySchemes"] == public["securitySchemes"]
+    assert result["security"] == public["security"]

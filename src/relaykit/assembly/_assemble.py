@@ -330,6 +330,21 @@ def assemble(
         auth=auth,
         protocols=served_versions,
     )
+    if isinstance(extended_card, AgentCard):
+        # The extended card describes the same server: its interfaces (REQUIRED; a client switches to this card, and
+        # the 0.3 rendering needs them for url / preferredTransport), capabilities and enforced security are the
+        # served ones, whatever the given card says; its name, skills and the rest are its own.
+        extended_card = build_card(
+            executor,
+            extended_card,
+            public_url=base_url,
+            grpc_url=grpc_url,
+            streaming=streaming,
+            push=push,
+            extended=True,
+            auth=auth,
+            protocols=served_versions,
+        )
     card_signer = (
         CardSigner(card_signing_key, kid=card_key_id, jku=base_url.rstrip("/") + JWKS_PATH)
         if card_signing_key is not None
