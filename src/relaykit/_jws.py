@@ -30,7 +30,7 @@ from typing import Any
 from relaykit._card import AgentCard, AgentCardSignature
 from relaykit._errors import A2AInvalidCardError
 
-__all__ = ["canonical_card", "sdk_canonical_card", "sign_card", "verify_card"]
+__all__ = ["canonical_card", "sdk_canonical_card", "sign_card", "sign_served_json", "verify_card"]
 
 # Key for verify_card: a key (PEM, cryptography key, PyJWK, JWK dict), a {kid: key} mapping, or a callable
 # (kid, jku) -> key (None when it has no key for them).
@@ -130,6 +130,26 @@ def sign_card(
     return card.model_copy(update={"signatures": signatures})
 
 
+def sign_served_json(
+    data: Mapping[str, Any], key: Any, *, algorithm: str = "ES256", kid: str, jku: str | None = None
+) -> dict[str, Any]:
+    """``data`` (a card's JSON object as it will be served) with one more signature, over ``data`` itself.
+
+    For JSON that is more than one card model's rendering (the 1.0 card with the 0.3 members merged in): a verifier
+    that canonicalises what it received, with no model in between, needs a signature over exactly that; a verifier
+    that reads it into a model finds its own among the others (``sign_card``'s)."""
+    jwt = _jwt()
+    protected: dict[str, Any] = {"alg": algorithm, "kid": kid, "typ": "JOSE"}
+    if jku:
+        protected["jku"] = jku
+    out = dict(data)
+    signatures = list(out.pop("signatures", None) or [])
+    token = jwt.api_jws.PyJWS().encode(_jcs(out), key, algorithm=algorithm, headers=protected)
+    head, _, sig = token.split(".")
+    out["signatures"] = [*signatures, {"protected": head, "signature": sig}]
+    return out
+
+
 def _resolve_key(key: KeySource, kid: str | None, jku: str | None) -> Any:
     if callable(key) and not hasattr(key, "public_bytes") and not hasattr(key, "verify"):
         return key(kid, jku)
@@ -146,12 +166,15 @@ def verify_card(
     *,
     algorithms: Sequence[str] = ("ES256", "RS256"),
     sdk_form: bool = False,
+    received: Mapping[str, Any] | None = None,
 ) -> None:
     """Verify at least one of the card's signatures; raise ``A2AInvalidCardError`` otherwise.
 
     ``key``: the public key (PEM, cryptography key, PyJWK, or a JWK dict), a ``{kid: key}`` mapping, or a callable
     ``(kid, jku) -> key | None`` (fetch from a ``jku`` you trust there, never from any ``jku`` a card names).
     ``algorithms`` are pinned. ``sdk_form=True`` also accepts a signature over a2a-sdk's empties-dropped form.
+    ``received``: the card's JSON object as it came over the wire; a signature over exactly that JSON (minus
+    ``signatures``) is accepted too (the 1.0 card with the 0.3 members merged in is signed that way as well).
     Signatures with an unencoded payload (RFC 7797 ``"b64": false``), made by relaykit before 0.2, verify too.
 
     >>> # verify_card(card, public_pem, algorithms=["ES256"])
@@ -164,6 +187,10 @@ def verify_card(
         other = sdk_canonical_card(card)
         if other != payloads[0]:
             payloads.append(other)
+    if received is not None:
+        as_received = _jcs({k: v for k, v in received.items() if k != "signatures"})
+        if as_received not in payloads:
+            payloads.append(as_received)
     errors: list[str] = []
     for signature in card.signatures:
         header = _protected_header(signature.protected)

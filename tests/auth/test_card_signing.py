@@ -250,3 +250,38 @@ async def test_card_key_signs_the_card_as_served(public_url: str | None) -> None
     from a2a.utils.signing import create_signature_verifier
 
     create_signature_verifier(lambda kid, jku: public, ["ES256"])(_to_sdk(served))
+
+
+def _verifies_as_received(raw: dict[str, Any], public: bytes) -> bool:
+    """A verifier that knows no card model: RFC 8785 over the JSON exactly as received, minus ``signatures``."""
+    import base64
+
+    import jwt
+
+    payload = {k: v for k, v in raw.items() if k != "signatures"}
+    encoded = base64.urlsafe_b64encode(_jcs(payload).encode()).rstrip(b"=").decode()
+    for signature in raw["signatures"]:
+        try:
+            jwt.api_jws.PyJWS().decode_complete(
+                f"{signature['protected']}.{encoded}.{signature['signature']}", key=public, algorithms=["ES256"]
+            )
+            return True
+        except jwt.PyJWTError:
+            continue
+    return False
+
+
+@pytest.mark.parametrize("public_url", ["https://agent.example", None])
+@pytest.mark.parametrize("version", [None, "1.0"])
+async def test_the_card_verifies_as_received_in_every_rendering(public_url: str | None, version: str | None) -> None:
+    # The card endpoint needs no A2A-Version: without one it serves the 1.0 card with the 0.3 members merged in.
+    # That JSON, as received, must carry a signature over itself (and the 1.0 model's signatures still verify).
+    private, public = _keys()
+    app = create_app(whoami, public_url=public_url, card_signing_key=pem(private), card_key_id="k")
+    headers = {"A2A-Version": version} if version else {}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent.test") as http:
+        response = await http.get("/.well-known/agent-card.json", headers=headers)
+    raw = response.json()
+    assert ("url" in raw) is (version is None)  # the 0.3 members are there exactly when no version is sent
+    assert _verifies_as_received(raw, public)
+    verify_card(parse_card(response.content), public)

@@ -312,3 +312,32 @@ async def test_the_session_version_chooses_0_3_or_1_0(dual_echo: ServerProcess) 
         )
         assert refused.status_code == 400
         assert "1.0 and 0.3" in refused.json()["error"]["message"]
+
+
+async def test_every_signature_of_a_served_dual_card_verifies(tmp_path: Path) -> None:
+    # relaykit serve --card-key: the card without A2A-Version is the 1.0 card with the 0.3 members merged in; its
+    # signatures cover the 1.0 form, a2a-sdk's form (API keys make them differ) and the merged JSON as served. The
+    # inspector reads that JSON, and judges each signature against the model's forms or the JSON as received.
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from relaykit.inspector._card_check import check_card
+    from relaykit.inspector._session import new_http
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    (tmp_path / "card.pem").write_bytes(pem)
+    (tmp_path / "keys.txt").write_text("alice alice-key\n")
+    args = ["--card-key", str(tmp_path / "card.pem"), "--api-keys", str(tmp_path / "keys.txt")]
+    server = start_serve("examples/echo.py", tmp_path, args=args, name="signed")
+    try:
+        session = Session.parse({"url": server.url}, Target(), server.url)
+        async with asyncio.timeout(T), new_http() as http:
+            report, parsed = await check_card(session, http)
+    finally:
+        stop_process(server.proc)
+    assert parsed is not None
+    assert "url" in report["raw"]  # the merged rendering
+    findings = [f for f in report["findings"] if f["field"].startswith("signatures[")]
+    assert len(findings) == 3, findings
+    assert all(f["level"] == "ok" for f in findings), findings

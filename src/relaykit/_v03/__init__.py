@@ -13,7 +13,7 @@ Invariant: every translation ends in (or starts from) the 1.0 models' own valida
 is checked by exactly the rules a 1.0 request is.
 """
 
-from relaykit._v03._card import CARD_VERSION, card_in, card_json, is_v03
+from relaykit._v03._card import CARD_VERSION, card_in, card_json, card_merged, is_v03
 from relaykit._v03._rpc import MARK, VERSION, push_body
 
-__all__ = ["CARD_VERSION", "MARK", "VERSION", "card_in", "card_json", "is_v03", "push_body"]
+__all__ = ["CARD_VERSION", "MARK", "VERSION", "card_in", "card_json", "card_merged", "is_v03", "push_body"]

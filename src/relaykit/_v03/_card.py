@@ -21,7 +21,7 @@ import pydantic_core
 
 from relaykit._card import AgentCard
 
-__all__ = ["CARD_VERSION", "card_in", "card_json", "card_out", "is_v03"]
+__all__ = ["CARD_VERSION", "card_in", "card_json", "card_merged", "card_out", "is_v03"]
 
 CARD_VERSION = "0.3.0"  # the protocolVersion a 0.3 card states (0.3 cards carry the patch number)
 
@@ -111,13 +111,17 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
-def card_json(card: AgentCard) -> bytes:
-    """The served JSON of ``card``: 1.0, with the 0.3 members merged in when it lists a 0.3 interface."""
+def card_merged(card: AgentCard) -> dict[str, Any] | None:
+    """The 1.0 card dict with the 0.3 members merged in (``None`` when it lists no 0.3 interface)."""
     data = card.to_dict()
     extra = card_out(data)
-    if extra is None:
-        return card.to_json()
-    return pydantic_core.to_json(_merge(data, extra))
+    return None if extra is None else _merge(data, extra)
+
+
+def card_json(card: AgentCard) -> bytes:
+    """The served JSON of ``card``: 1.0, with the 0.3 members merged in when it lists a 0.3 interface."""
+    merged = card_merged(card)
+    return card.to_json() if merged is None else pydantic_core.to_json(merged)
 
 
 def _requirements_in(security: Any) -> list[dict[str, Any]]:

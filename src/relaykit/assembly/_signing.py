@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from relaykit._card import AgentCard
-from relaykit._jws import sign_card
+from relaykit._jws import sign_card, sign_served_json
 from relaykit.push._signing import _make_key
 
 __all__ = ["CardSigner"]
@@ -34,3 +34,8 @@ class CardSigner:
     def sign(self, card: AgentCard) -> AgentCard:
         """``card`` with this key's signatures (strict form, plus a2a-sdk's form when it differs)."""
         return sign_card(card, self._private, algorithm=self.algorithm, kid=self.kid, jku=self.jku, sdk_form=True)
+
+    def sign_json(self, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` (the card JSON as served, when that is more than one model's rendering) with a signature over
+        itself added to the ones ``sign`` made."""
+        return sign_served_json(data, self._private, algorithm=self.algorithm, kid=self.kid, jku=self.jku)

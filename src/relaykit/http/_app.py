@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from email.utils import formatdate
 from typing import Any
 
+import pydantic_core
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -34,7 +35,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from relaykit._card import HTTP_JSON, JSONRPC, AgentCard, AgentInterface
 from relaykit._openapi import OPENAPI_PATH, openapi_json
 from relaykit._v03 import VERSION as V03
-from relaykit._v03 import card_json
+from relaykit._v03 import card_merged
 from relaykit.assembly._assemble import PROTOCOLS, assemble, build_card, http_interfaces
 from relaykit.assembly._server import A2AServer
 from relaykit.auth._gate import Auth
@@ -81,11 +82,25 @@ class _RenderedCard:
 
     __slots__ = ("body", "etag", "headers", "v10")
 
-    def __init__(self, card: AgentCard, max_age: int, body: bytes | None = None) -> None:
+    def __init__(
+        self,
+        card: AgentCard,
+        max_age: int,
+        body: bytes | None = None,
+        sign_json: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         # The 1.0 card, with the 0.3 members merged in when it lists a 0.3 interface (relaykit._v03._card). A
         # request without A2A-Version is a 0.3 client's (spec §3.6.2), which needs them; a 1.0 client, which
         # sends its version, gets the plain 1.0 card (a strict 1.0 schema rejects the 0.3 members).
-        self.body = card_json(card) if body is None else body
+        rendered_here = body is None
+        if body is None:
+            merged = card_merged(card)
+            if merged is not None and sign_json is not None:
+                # The card's signatures cover its 1.0 form; a verifier that canonicalises the JSON it received
+                # (no model in between) needs one over the merged form too (``sign_served_json``).
+                merged = sign_json(merged)
+            body = card.to_json() if merged is None else pydantic_core.to_json(merged)
+        self.body = body
         self.etag = b'"' + hashlib.sha256(self.body).hexdigest()[:32].encode() + b'"'
         self.headers = [
             (b"etag", self.etag),
@@ -93,7 +108,7 @@ class _RenderedCard:
             (b"last-modified", formatdate(usegmt=True).encode()),
             (b"access-control-allow-origin", b"*"),
         ]
-        plain = card.to_json() if body is None else self.body
+        plain = card.to_json() if rendered_here else self.body
         self.v10 = self
         if plain != self.body:
             self.headers.append((b"vary", b"A2A-Version"))
@@ -121,13 +136,15 @@ class _CardEndpoint:
         follow_request: bool = False,
         max_age: int = 300,
         signer: Callable[[AgentCard], AgentCard] | None = None,
+        sign_json: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.card = card
         self.max_age = max_age
+        self.sign_json = sign_json
         # A signed card is served exactly as signed: its URLs cannot follow the request unless we sign each variant.
         self.signer = signer
         follow = follow_request and (signer is not None or not card.signatures)
-        self.fixed = None if follow else _RenderedCard(card, max_age)
+        self.fixed = None if follow else _RenderedCard(card, max_age, sign_json=sign_json)
         self._by_base: dict[str, _RenderedCard] = {}
 
     def _for_base(self, base: str) -> _RenderedCard:
@@ -147,7 +164,7 @@ class _CardEndpoint:
             card = self.card.model_copy(update=update)
             if self.signer is not None:
                 card = self.signer(card)
-            rendered = _RenderedCard(card, self.max_age)
+            rendered = _RenderedCard(card, self.max_age, sign_json=self.sign_json)
             if len(self._by_base) >= CARD_BASES:
                 del self._by_base[next(iter(self._by_base))]  # the oldest: a bound, not a policy
             self._by_base[base] = rendered
@@ -355,8 +372,13 @@ def http_app(
     # JSON-RPC first: no other route matches POST / (the REST mount takes it only as a fallback), and _App calls
     # the first route directly for that request.
     rpc_route = Route("/", jsonrpc, methods=["POST"])
-    signer = server.card_signer.sign if server.card_signer is not None else None
-    card = _CardEndpoint(handler.card, follow_request=server.public_url is None, signer=signer)
+    card_signer = server.card_signer
+    card = _CardEndpoint(
+        handler.card,
+        follow_request=server.public_url is None,
+        signer=card_signer.sign if card_signer is not None else None,
+        sign_json=card_signer.sign_json if card_signer is not None else None,
+    )
     routes: list[BaseRoute] = [
         rpc_route,
         Route(CARD_PATH, card, methods=["GET", "HEAD"]),

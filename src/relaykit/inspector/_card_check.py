@@ -154,7 +154,7 @@ async def _probe(card: AgentCard, index: int, interface: AgentInterface, session
     return {**row, "status": status, "detail": detail, "ms": round((time.perf_counter() - started) * 1000, 1)}
 
 
-async def _signatures(card: AgentCard, http: httpx.AsyncClient) -> list[Finding]:
+async def _signatures(card: AgentCard, raw: dict[str, Any], http: httpx.AsyncClient) -> list[Finding]:
     if not card.signatures:
         return [_finding("info", "signatures", "the card is not signed")]
     try:
@@ -185,7 +185,10 @@ async def _signatures(card: AgentCard, http: httpx.AsyncClient) -> list[Finding]
         try:
             for key in candidates:
                 try:
-                    verify_card(one, key.key, algorithms=[str(header.get("alg", "ES256"))])
+                    # Any form a signer may have used: the strict one, a2a-sdk's (relaykit adds one when it
+                    # differs), or the JSON exactly as received (the 1.0 card with the 0.3 members merged in).
+                    alg = [str(header.get("alg", "ES256"))]
+                    verify_card(one, key.key, algorithms=alg, sdk_form=True, received=raw)
                     break
                 except A2AError:
                     if key is candidates[-1]:
@@ -260,7 +263,7 @@ async def check_card(session: Session, http: httpx.AsyncClient) -> tuple[dict[st
             )
         else:
             findings.append(_finding("info", where, f"{row['binding']} at {row['url']}: {row['detail']}"))
-    findings.extend(await _signatures(card, http))
+    findings.extend(await _signatures(card, raw, http))
     caps = card.capabilities
     if not caps.streaming:
         findings.append(_finding("info", "capabilities.streaming", "no streaming: chat uses SendMessage"))
