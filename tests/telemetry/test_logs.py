@@ -108,3 +108,27 @@ async def test_lines_inside_a_traced_request_carry_its_trace_and_span(spans: Spa
     assert line["context_id"] == task.context_id
     assert line["trace_id"] == format(execute.context.trace_id, "032x")
     assert line["span_id"] == format(execute.context.span_id, "016x")
+
+
+def test_serve_json_lines_carry_the_callers_trace_id_without_an_sdk(tmp_path: Path) -> None:
+    # No --otel and no SDK: relaykit makes no spans, but the caller's W3C traceparent names the trace, so the
+    # request's lines carry its trace id ("trace_id where known"); a malformed or all-zero one is left out.
+    target = tmp_path / "agent.py"
+    target.write_text(AGENT)
+    server = start_serve(f"{target}:app", tmp_path, args=["--log-format", "json", "--access-log"], log_level="info")
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    headers = {"A2A-Version": "1.0", "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+    try:
+        with httpx.Client(timeout=10) as http:
+            traced = http.post(server.url + "/", json=_rpc("SendMessage", _message("hello", "m-1")), headers=headers)
+            bad = {"A2A-Version": "1.0", "traceparent": f"00-{'0' * 32}-00f067aa0ba902b7-01"}
+            untraced = http.post(server.url + "/", json=_rpc("SendMessage", _message("hello", "m-2")), headers=bad)
+    finally:
+        server.stop()
+    traced_id = traced.json()["result"]["task"]["id"]
+    untraced_id = untraced.json()["result"]["task"]["id"]
+    text = server.log_path.read_text()
+    lines = [json.loads(line) for line in text.splitlines() if line.strip() and not line.startswith("relaykit: ")]
+    access = {line.get("task_id"): line for line in lines if line["logger"] == "relaykit.access"}
+    assert access[traced_id]["trace_id"] == trace_id, access
+    assert "trace_id" not in access[untraced_id], access

@@ -65,6 +65,7 @@ class _Call:
         "started",
         "state",
         "task_id",
+        "trace_id",
     )
 
     def __init__(self, binding: str, operation: str = "") -> None:
@@ -79,6 +80,7 @@ class _Call:
         self.started = time.perf_counter()
         self.first_at = 0.0
         self.request_id = ""  # the caller's X-Request-Id, for log lines
+        self.trace_id = ""  # without a tracer: the trace the caller's traceparent names, for log lines
 
     def note(self, item: Any) -> None:
         """Take the task id, context id and state from a result or a stream event (never its content)."""
@@ -128,12 +130,25 @@ def current_ids() -> dict[str, str]:
         if call.context_id:
             out["context_id"] = call.context_id
     otel = _otel_module()
-    if otel is None:
-        return out
-    found = otel.ids()
+    found = otel.ids() if otel is not None else None
     if found is not None:
         out["trace_id"], out["span_id"] = found
+    elif call is not None and call.trace_id:
+        out["trace_id"] = call.trace_id  # the caller's, from its traceparent: no span of ours to name
     return out
+
+
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def _traceparent_trace_id(value: str | None) -> str | None:
+    """The trace id of a W3C ``traceparent`` header value (None when malformed, or the invalid all-zero id)."""
+    if not value:
+        return None
+    found = _TRACEPARENT.fullmatch(value.strip())
+    if found is None or found.group(1) == "0" * 32:
+        return None
+    return found.group(1)
 
 
 _NO_SPAN = contextlib.nullcontext()
@@ -247,6 +262,10 @@ class Telemetry:
             call.span = otel.start_span(self.tracer, operation or "A2A", otel.SERVER, parent, attributes)
             call.named = bool(operation and version)
             span_token = otel.attach(call.span, parent)
+        else:
+            # No span of ours (no SDK, or telemetry off), but the caller's W3C traceparent still names the trace
+            # its log lines belong to; its span id is the caller's, so only the trace id is kept.
+            call.trace_id = _traceparent_trace_id(headers.get("traceparent")) or ""
         return call, _CALL.set(call), span_token
 
     def _start_attributes(self, binding: str, operation: str, version: str) -> dict[str, str]:
