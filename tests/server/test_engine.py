@@ -1184,6 +1184,34 @@ async def test_max_queued_messages_per_task(engines: Factory) -> None:
     assert texts_in_history == ["start", "a", "b"]
 
 
+async def test_return_immediately_behind_a_running_execution(engines: Factory) -> None:
+    """A returnImmediately follow-up to a task that is executing another message answers at once with the task as it
+    is (WORKING), not when its own execution starts; the message still runs after the current one."""
+    reached, gate = asyncio.Event(), asyncio.Event()
+
+    async def run(ctx: RequestContext, q: EventQueue) -> None:
+        u = TaskUpdater(q, ctx)
+        if ctx.text == "a":
+            await u.working()
+            reached.set()
+            await gate.wait()
+        await u.requires_input(f"after {ctx.text}")
+
+    engine = await engines(Scripted(run))
+    paused = as_task(await within(engine.send(req("start"))))
+    running = await launch(engine.send(req("a", task_id=paused.id)))
+    await within(reached.wait())
+    answered = as_task(await within(engine.send(req("b", task_id=paused.id, now=True))))
+    assert answered.id == paused.id
+    assert answered.status.state is TaskState.WORKING
+    assert not running.done()  # answered while "a" still runs
+    gate.set()
+    assert as_task(await within(running)).status.state is TaskState.INPUT_REQUIRED
+    done = as_task(await within(engine.send(req("c", task_id=paused.id))))
+    texts_in_history = [m.text for m in done.history if m.role.name == "USER"]
+    assert texts_in_history == ["start", "a", "b", "c"]
+
+
 async def test_max_concurrent_executions(engines: Factory) -> None:
     gate = asyncio.Event()
     engine = await engines(Scripted(_gated(gate)), max_concurrent=2)

@@ -235,6 +235,15 @@ class TaskEngine(Runner, Readers):
     async def outcome(self, pending: PendingRequest, immediate: bool) -> bytes | Message:
         """What SendMessage answers for an admitted message: its first event (``immediate``) or its outcome, or
         the task as it is when ``send_timeout`` passes first."""
+        if immediate and not pending.first.done():
+            active = self.registry.get(pending.message.task_id or "")
+            if active is not None and active.current is not None and active.current is not pending:
+                task = active.task
+                if task is not None:
+                    # Queued behind the task's running execution: its first event comes only when that one ends.
+                    # returnImmediately answers now with the task as it is (GetTask's view); the message joins the
+                    # history when its own execution starts.
+                    return task.to_json()
         fut = pending.first if immediate else pending.done
         if self.send_timeout is None:
             return await fut
