@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from relaykit._card import AgentCard, AgentInterface
+from relaykit._enums import TaskState
 from relaykit._errors import (
     A2AError,
     A2ATaskAuthRequiredError,
@@ -39,8 +40,7 @@ from relaykit._errors import (
 )
 from relaykit._methods import OPERATIONS_BY_NAME, Operation
 from relaykit._model import A2AModel
-from relaykit._types import (
-    AuthenticationInfo,
+from relaykit._requests import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
@@ -49,16 +49,11 @@ from relaykit._types import (
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     ListTasksResponse,
-    Message,
-    Part,
     SendMessageConfiguration,
     SendMessageRequest,
-    SendMessageResponse,
     SubscribeToTaskRequest,
-    Task,
-    TaskPushNotificationConfig,
-    TaskState,
 )
+from relaykit._types import AuthenticationInfo, Message, Part, SendMessageResponse, Task, TaskPushNotificationConfig
 from relaykit._v03 import is_v03
 from relaykit.client._auth import Interceptor, TraceContext
 from relaykit.client._card import DEFAULT_TRANSPORTS, CardResolver, choose_interface, grpc_available

@@ -19,7 +19,8 @@ from relaykit._errors import (
     InvalidParamsError,
     UnsupportedOperationError,
 )
-from relaykit._types import StreamResponse, SubscribeToTaskRequest
+from relaykit._requests import SubscribeToTaskRequest
+from relaykit._types import StreamResponse
 from relaykit.client._policies import retryable
 from relaykit.client._stream_view import Event, StreamView
 from relaykit.client._transport import StreamEvent

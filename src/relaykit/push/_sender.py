@@ -38,13 +38,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from relaykit._types import (
-    Message,
-    Task,
-    TaskState,
-    TaskStatusUpdateEvent,
-    new_id,
-)
+from relaykit._enums import TaskState
+from relaykit._ids import new_id
+from relaykit._types import Message, Task, TaskStatusUpdateEvent
 from relaykit._v03 import push_body
 from relaykit.backends._base import (
     DeliveryHealth,
