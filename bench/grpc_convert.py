@@ -14,18 +14,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from relaykit._card import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+from relaykit._enums import TaskState
 from relaykit._model import A2AModel
 from relaykit._proto import from_proto, from_proto_json, proto_class, to_proto, to_proto_json
-from relaykit._types import (
-    Artifact,
-    Message,
-    SendMessageRequest,
-    StreamResponse,
-    Task,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatus,
-)
+from relaykit._requests import SendMessageRequest
+from relaykit._types import Artifact, Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskStatus
 
 
 def samples() -> dict[str, A2AModel]:

@@ -25,7 +25,8 @@ from typing import Any
 
 import asyncpg
 
-from relaykit._types import Message, Part, Role, Task, TaskState, TaskStatus
+from relaykit._enums import Role, TaskState
+from relaykit._types import Message, Part, Task, TaskStatus
 from relaykit.backends import TaskQuery
 from relaykit.backends._paging import decode_token, timestamp_us
 from relaykit.backends.postgres import PostgresTaskStore, drop_namespace

@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from relaykit._types import ListTasksRequest, Message, Part, Role, TaskState, TaskStatus
+from relaykit._enums import Role, TaskState
+from relaykit._requests import ListTasksRequest
+from relaykit._types import Message, Part, TaskStatus
 
 
 @pytest.mark.parametrize("state", list(TaskState))

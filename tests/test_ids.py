@@ -2,7 +2,7 @@
 
 import uuid
 
-from relaykit._types import new_id
+from relaykit._ids import new_id
 
 
 def test_new_id_is_a_uuid4() -> None:
@@ -18,9 +18,9 @@ def test_new_id_is_a_uuid4() -> None:
 def test_ids_are_unique_across_threads() -> None:
     import threading
 
-    from relaykit import _types
+    from relaykit import _ids
 
-    _types._RANDOM.clear()
+    _ids._RANDOM.clear()
     results: list[list[str]] = [[] for _ in range(8)]
 
     def make(out: list[str]) -> None:

@@ -6,17 +6,9 @@ from typing import Any
 
 import pytest
 
+from relaykit._enums import Role, TaskState
 from relaykit._model import A2AModel
-from relaykit._types import (
-    Artifact,
-    Message,
-    Part,
-    Role,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
-)
+from relaykit._types import Artifact, Message, Part, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent
 from relaykit.server import EventQueue, RequestContext, TaskUpdater
 
 

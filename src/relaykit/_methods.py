@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from relaykit._card import AgentCard
 from relaykit._model import A2AModel
-from relaykit._types import (
+from relaykit._requests import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
@@ -19,12 +19,9 @@ from relaykit._types import (
     ListTasksRequest,
     ListTasksResponse,
     SendMessageRequest,
-    SendMessageResponse,
-    StreamResponse,
     SubscribeToTaskRequest,
-    Task,
-    TaskPushNotificationConfig,
 )
+from relaykit._types import SendMessageResponse, StreamResponse, Task, TaskPushNotificationConfig
 
 __all__ = ["OPERATIONS", "OPERATIONS_BY_NAME", "Operation", "Route"]
 

@@ -37,7 +37,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message as ProtoMessage
 
-from relaykit import _card, _types
+from relaykit import _card, _requests, _types
 from relaykit._grpc_gen import a2a_pb2 as pb
 from relaykit._model import A2AModel
 from relaykit._types import JSON_NULL
@@ -77,7 +77,7 @@ _WKT = {"google.protobuf.Struct": _STRUCT, "google.protobuf.Value": _VALUE, "goo
 
 def _models() -> dict[str, type[A2AModel]]:
     found: dict[str, type[A2AModel]] = {}
-    for module in (_types, _card):
+    for module in (_types, _requests, _card):
         for name, obj in vars(module).items():
             if isinstance(obj, type) and issubclass(obj, A2AModel) and obj is not A2AModel:
                 found[name] = obj

@@ -15,15 +15,9 @@ No I/O here: the engine calls ``apply`` and persists/publishes what it returns.
 
 from __future__ import annotations
 
+from relaykit._enums import TaskState
 from relaykit._errors import InvalidAgentResponseError
-from relaykit._types import (
-    Artifact,
-    Message,
-    Task,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatusUpdateEvent,
-)
+from relaykit._types import Artifact, Message, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
 __all__ = ["ACTIVE", "INTERRUPTED", "TERMINAL", "IllegalTransitionError", "apply", "can_transition"]
 

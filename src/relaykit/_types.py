@@ -1,25 +1,25 @@
-"""A2A 1.0 data objects: tasks, messages, parts, artifacts, stream events and request/response messages.
+"""A2A 1.0 data objects: parts, messages, artifacts, tasks, the stream events and the responses that carry them,
+and push notification configs.
 
-Shapes follow ``lf.a2a.v1`` (``specification/a2a.proto``) field for field; encoding rules live in ``_model``.
+Shapes follow ``lf.a2a.v1`` (``specification/a2a.proto``) field for field; encoding rules live in ``_model``; the
+enums in ``_enums``, ids in ``_ids``, the operations' request/response messages in ``_requests``.
 Invariants checked at construction (so nothing malformed enters the engine or leaves a binding):
 
 * a ``Part`` carries exactly one of ``text | raw | url | data``;
 * ``StreamResponse`` / ``SendMessageResponse`` carry exactly one payload;
 * a ``Message`` has a non-UNSPECIFIED role and between one and ``MAX_PARTS`` parts; an ``Artifact`` at least one;
-* ids a client chooses are ``_model.Id``s (bounded length, no NUL);
-* ``historyLength`` / ``pageSize`` are never negative.
+* ids a client chooses are ``_model.Id``s (bounded length, no NUL).
 """
 
 from __future__ import annotations
 
-import os
-from enum import StrEnum
-from typing import Annotated, Any, Self, cast
+from typing import Annotated, Any, Self
 
 import pydantic_core
-from pydantic import Field, GetCoreSchemaHandler, PlainSerializer, field_validator, model_serializer, model_validator
-from pydantic_core import CoreSchema, core_schema
+from pydantic import Field, PlainSerializer, field_validator, model_validator
 
+from relaykit._enums import Role, TaskState
+from relaykit._ids import new_id
 from relaykit._model import A2AModel, Base64Bytes, Id, Struct, Timestamp
 
 __all__ = [
@@ -27,145 +27,19 @@ __all__ = [
     "MAX_PARTS",
     "Artifact",
     "AuthenticationInfo",
-    "CancelTaskRequest",
-    "DeleteTaskPushNotificationConfigRequest",
-    "GetExtendedAgentCardRequest",
-    "GetTaskPushNotificationConfigRequest",
-    "GetTaskRequest",
-    "ListTaskPushNotificationConfigsRequest",
-    "ListTaskPushNotificationConfigsResponse",
-    "ListTasksRequest",
-    "ListTasksResponse",
+    "Event",
     "Message",
     "Part",
-    "Role",
-    "SendMessageConfiguration",
-    "SendMessageRequest",
     "SendMessageResponse",
     "StreamResponse",
-    "SubscribeToTaskRequest",
     "Task",
     "TaskArtifactUpdateEvent",
     "TaskPushNotificationConfig",
-    "TaskState",
     "TaskStatus",
     "TaskStatusUpdateEvent",
-    "new_id",
     "stream_json",
 ]
 
-
-def new_id() -> str:
-    """A fresh opaque identifier (UUID4 text), as the spec suggests for task, context and message ids.
-
-    Formatted straight from 16 random bytes (version 4, RFC 4122 variant): the same ids as ``str(uuid.uuid4())``
-    at a fraction of the cost, and a request makes three of them. The bytes come from ``os.urandom`` in batches:
-    one ``getrandom`` system call per id cost more than the rest of making it.
-    """
-    try:
-        h = _RANDOM.pop()
-    except IndexError:
-        h = _refill()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
-
-
-# The variant nibble (RFC 4122: 10xx) for each random hex digit: a dict lookup rather than int(digit, 16) & 3.
-_VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
-
-# Random 16-byte values as hex, each handed out once: ``list.pop`` and ``list.extend`` are atomic, so threads never
-# share one (two threads refilling at once just add two fresh batches). Emptied in a forked child, which must not
-# hand out its parent's values.
-_RANDOM: list[str] = []
-_BATCH = 256
-
-
-def _refill() -> str:
-    data = os.urandom(16 * _BATCH).hex()
-    batch = [data[i : i + 32] for i in range(0, len(data), 32)]
-    h = batch.pop()
-    _RANDOM.extend(batch)
-    return h
-
-
-if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
-    os.register_at_fork(after_in_child=_RANDOM.clear)
-
-
-class _ProtoEnum(StrEnum):
-    """A proto enum: wire value is the proto name; input also takes the number and the 0.3 lower-case names."""
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        # JSON output is the member's own text (a StrEnum is its value): pydantic's enum serializer would read
-        # ``.value``, a Python-level property, for every enum of every encoded object.
-        schema = {**handler(source), "serialization": core_schema.to_string_ser_schema(when_used="json")}
-        return cast(CoreSchema, schema)
-
-    @classmethod
-    def _missing_(cls, value: object) -> Any:
-        # Tolerant input (digest §2: parsers may accept the integer; 0.3 peers send lower-case names).
-        if isinstance(value, int) and not isinstance(value, bool):
-            members = list(cls)
-            if 0 <= value < len(members):
-                return members[value]
-            return None
-        if isinstance(value, str):
-            if value.isdigit():
-                return cls._missing_(int(value))
-            return _LEGACY_NAMES.get(cls.__name__, {}).get(value.lower())
-        return None
-
-
-class TaskState(_ProtoEnum):
-    """Lifecycle state of a task. Terminal: COMPLETED, FAILED, CANCELED, REJECTED; interrupted: INPUT/AUTH_REQUIRED."""
-
-    UNSPECIFIED = "TASK_STATE_UNSPECIFIED"
-    SUBMITTED = "TASK_STATE_SUBMITTED"
-    WORKING = "TASK_STATE_WORKING"
-    COMPLETED = "TASK_STATE_COMPLETED"
-    FAILED = "TASK_STATE_FAILED"
-    CANCELED = "TASK_STATE_CANCELED"
-    INPUT_REQUIRED = "TASK_STATE_INPUT_REQUIRED"
-    REJECTED = "TASK_STATE_REJECTED"
-    AUTH_REQUIRED = "TASK_STATE_AUTH_REQUIRED"
-
-    @property
-    def is_terminal(self) -> bool:
-        """True for COMPLETED, FAILED, CANCELED and REJECTED."""
-        return self in _TERMINAL
-
-    @property
-    def is_interrupted(self) -> bool:
-        """True for INPUT_REQUIRED and AUTH_REQUIRED."""
-        return self in _INTERRUPTED
-
-
-class Role(_ProtoEnum):
-    """Author of a message: ``USER`` (client to server) or ``AGENT`` (server to client)."""
-
-    UNSPECIFIED = "ROLE_UNSPECIFIED"
-    USER = "ROLE_USER"
-    AGENT = "ROLE_AGENT"
-
-
-_TERMINAL = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED})
-_INTERRUPTED = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
-_LEGACY_NAMES: dict[str, dict[str, Any]] = {
-    "TaskState": {
-        "submitted": TaskState.SUBMITTED,
-        "working": TaskState.WORKING,
-        "completed": TaskState.COMPLETED,
-        "failed": TaskState.FAILED,
-        "canceled": TaskState.CANCELED,
-        "cancelled": TaskState.CANCELED,
-        "task_state_cancelled": TaskState.CANCELED,
-        "input-required": TaskState.INPUT_REQUIRED,
-        "rejected": TaskState.REJECTED,
-        "auth-required": TaskState.AUTH_REQUIRED,
-        "unknown": TaskState.UNSPECIFIED,
-    },
-    "Role": {"user": Role.USER, "agent": Role.AGENT},
-}
 
 # --- content -----------------------------------------------------------------------------------------------
 
@@ -556,148 +430,6 @@ class TaskPushNotificationConfig(A2AModel):
         if not self.protocol_version:
             return data
         return data[:-1] + b',"relaykitProtocolVersion":' + pydantic_core.to_json(self.protocol_version) + b"}"
-
-
-# --- requests ----------------------------------------------------------------------------------------------
-
-
-# The range checks below are field validators (their messages name the rule); these tell JSON Schema (the OpenAPI
-# description, relaykit._openapi) the same ranges.
-_AT_LEAST_0: dict[str, Any] = {"minimum": 0}
-_PAGE_SIZE: dict[str, Any] = {"minimum": 1, "maximum": 100}
-
-
-def _non_negative(value: int | None) -> int | None:
-    if value is not None and value < 0:
-        raise ValueError(f"must not be negative (got {value})")
-    return value
-
-
-class SendMessageConfiguration(A2AModel):
-    """Options of a SendMessage call; blocking unless ``returnImmediately``."""
-
-    accepted_output_modes: list[str] = Field(default_factory=list)
-    task_push_notification_config: TaskPushNotificationConfig | None = None
-    history_length: int | None = Field(default=None, json_schema_extra=_AT_LEAST_0)
-    return_immediately: bool = False
-
-    _history = field_validator("history_length")(_non_negative)
-
-
-class SendMessageRequest(A2AModel):
-    """SendMessage / SendStreamingMessage parameters."""
-
-    tenant: Id = ""
-    message: Message
-    configuration: SendMessageConfiguration | None = None
-    metadata: Struct | None = None
-
-
-class GetTaskRequest(A2AModel):
-    """GetTask parameters."""
-
-    tenant: Id = ""
-    id: Id
-    history_length: int | None = Field(default=None, json_schema_extra=_AT_LEAST_0)
-
-    _history = field_validator("history_length")(_non_negative)
-
-
-class ListTasksRequest(A2AModel):
-    """ListTasks parameters: filters, cursor pagination, history trimming."""
-
-    tenant: Id = ""
-    context_id: Id = ""
-    status: TaskState = TaskState.UNSPECIFIED
-    page_size: int | None = Field(default=None, json_schema_extra=_PAGE_SIZE)
-    page_token: Id = ""
-    history_length: int | None = Field(default=None, json_schema_extra=_AT_LEAST_0)
-    status_timestamp_after: Timestamp | None = None
-    include_artifacts: bool | None = None
-
-    _history = field_validator("history_length")(_non_negative)
-
-    @field_validator("page_size")
-    @classmethod
-    def _page_size(cls, value: int | None) -> int | None:
-        if value is not None and not 1 <= value <= 100:
-            raise ValueError(f"must be between 1 and 100 (got {value})")
-        return value
-
-
-class ListTasksResponse(A2AModel):
-    """One page of ListTasks. All four fields are REQUIRED and always emitted (``nextPageToken`` is ``""`` last)."""
-
-    tasks: list[Task] = Field(default_factory=list)
-    next_page_token: str = ""
-    page_size: int = 0
-    total_size: int = 0
-
-    @model_serializer(mode="wrap")
-    def _always_all(self, handler: Any) -> dict[str, Any]:
-        # ProtoJSON would drop an empty token or a zero count, but the spec marks all four REQUIRED and says the
-        # token is always present: emit them unconditionally.
-        out: dict[str, Any] = handler(self)
-        out.setdefault("tasks", [])
-        out.setdefault("nextPageToken", "")
-        out.setdefault("pageSize", self.page_size)
-        out.setdefault("totalSize", self.total_size)
-        return out
-
-
-class CancelTaskRequest(A2AModel):
-    """CancelTask parameters."""
-
-    tenant: Id = ""
-    id: Id
-    metadata: Struct | None = None
-
-
-class SubscribeToTaskRequest(A2AModel):
-    """SubscribeToTask parameters."""
-
-    tenant: Id = ""
-    id: Id
-
-
-class GetTaskPushNotificationConfigRequest(A2AModel):
-    """GetTaskPushNotificationConfig parameters."""
-
-    tenant: Id = ""
-    task_id: Id
-    id: Id
-
-
-class DeleteTaskPushNotificationConfigRequest(A2AModel):
-    """DeleteTaskPushNotificationConfig parameters."""
-
-    tenant: Id = ""
-    task_id: Id
-    id: Id
-
-
-class ListTaskPushNotificationConfigsRequest(A2AModel):
-    """ListTaskPushNotificationConfigs parameters (``pageSize`` 0 = server default)."""
-
-    tenant: Id = ""
-    task_id: Id
-    page_size: int = Field(default=0, json_schema_extra=_AT_LEAST_0)
-    page_token: Id = ""
-
-    _page_size = field_validator("page_size")(_non_negative)
-
-
-class ListTaskPushNotificationConfigsResponse(A2AModel):
-    """One page of push configs of a task."""
-
-    configs: list[TaskPushNotificationConfig] = Field(default_factory=list)
-    next_page_token: str = ""
-
-
-class GetExtendedAgentCardRequest(A2AModel):
-    """GetExtendedAgentCard parameters."""
-
-    tenant: Id = ""
 
 
 _STREAM_KEYS: dict[type, bytes] = {

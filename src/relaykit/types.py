@@ -28,10 +28,9 @@ from relaykit._card import (
     SecurityScheme,
     StringList,
 )
+from relaykit._enums import Role, TaskState
 from relaykit._model import A2AModel
-from relaykit._types import (
-    Artifact,
-    AuthenticationInfo,
+from relaykit._requests import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
@@ -41,18 +40,20 @@ from relaykit._types import (
     ListTaskPushNotificationConfigsResponse,
     ListTasksRequest,
     ListTasksResponse,
-    Message,
-    Part,
-    Role,
     SendMessageConfiguration,
     SendMessageRequest,
+    SubscribeToTaskRequest,
+)
+from relaykit._types import (
+    Artifact,
+    AuthenticationInfo,
+    Message,
+    Part,
     SendMessageResponse,
     StreamResponse,
-    SubscribeToTaskRequest,
     Task,
     TaskArtifactUpdateEvent,
     TaskPushNotificationConfig,
-    TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
 )

@@ -28,15 +28,9 @@ from typing import Any
 
 import pytest
 
+from relaykit._enums import TaskState
 from relaykit._errors import A2AError, ServiceUnavailableError, UnsupportedOperationError
-from relaykit._types import (
-    Artifact,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
-    stream_json,
-)
+from relaykit._types import Artifact, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, stream_json
 from relaykit.backends import ConflictError
 from relaykit.backends._bus import END, Tap, TapOverflowError
 from relaykit.backends.memory import LocalEventBus

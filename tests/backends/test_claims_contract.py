@@ -17,7 +17,8 @@ from typing import Protocol, TypeVar
 
 import pytest
 
-from relaykit._types import Message, Part, Role, Task, TaskState, TaskStatus
+from relaykit._enums import Role, TaskState
+from relaykit._types import Message, Part, Task, TaskStatus
 from relaykit.backends import (
     Claim,
     ConflictError,

@@ -26,7 +26,8 @@ if os.environ.get("CI", "").strip().lower() not in ("1", "true", "yes"):
 import asyncpg
 import httpx
 
-from relaykit._types import Task, TaskPushNotificationConfig, TaskState, TaskStatus
+from relaykit._enums import TaskState
+from relaykit._types import Task, TaskPushNotificationConfig, TaskStatus
 from relaykit.backends._base import DeliveryOutcome, OutboxChanges, OutboxEntry, StreamKey, TaskRecord
 from relaykit.backends.postgres import (
     SCHEMA_VERSION,

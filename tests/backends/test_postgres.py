@@ -28,7 +28,8 @@ if os.environ.get("CI", "").strip().lower() not in ("1", "true", "yes"):
 import asyncpg
 
 import relaykit
-from relaykit._types import Task, TaskPushNotificationConfig, TaskState, TaskStatus
+from relaykit._enums import TaskState
+from relaykit._types import Task, TaskPushNotificationConfig, TaskStatus
 from relaykit.backends import ConflictError, StoreLockedError, TaskQuery, TaskRecord, open_push_store, open_store
 from relaykit.backends.postgres import (
     SCHEMA_VERSION,

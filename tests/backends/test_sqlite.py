@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import relaykit
-from relaykit._types import Task, TaskPushNotificationConfig, TaskState, TaskStatus
+from relaykit._enums import TaskState
+from relaykit._types import Task, TaskPushNotificationConfig, TaskStatus
 from relaykit.backends import ConflictError, TaskQuery, TaskRecord
 from relaykit.backends.sqlite import SCHEMA_VERSION, SQLitePushConfigStore, SQLiteTaskStore, StoreLockedError
 
@@ -88,7 +89,8 @@ async def test_data_survives_close_and_reopen(tmp_path: Path) -> None:
 # arrives on stdin (or it is killed).
 CHILD = """
 import asyncio, sys
-from relaykit._types import Task, TaskState, TaskStatus
+from relaykit._enums import TaskState
+from relaykit._types import Task, TaskStatus
 from relaykit.backends import TaskRecord
 from relaykit.backends.sqlite import SQLiteTaskStore
 

@@ -14,16 +14,8 @@ from typing import Any
 
 import pytest
 
-from relaykit._types import (
-    AuthenticationInfo,
-    Message,
-    Part,
-    Role,
-    Task,
-    TaskPushNotificationConfig,
-    TaskState,
-    TaskStatus,
-)
+from relaykit._enums import Role, TaskState
+from relaykit._types import AuthenticationInfo, Message, Part, Task, TaskPushNotificationConfig, TaskStatus
 from relaykit.backends import (
     ConflictError,
     MemoryPushConfigStore,

@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 
 from cluster.agents import paced
-from relaykit._types import Message, Part, Role, SendMessageConfiguration, SendMessageRequest, Task, TaskState
+from relaykit._enums import Role, TaskState
+from relaykit._requests import SendMessageConfiguration, SendMessageRequest
+from relaykit._types import Message, Part, Task
 from relaykit.http import create_app
 from relaykit.server import CallContext
 from relaykit.server._takeover import take_over

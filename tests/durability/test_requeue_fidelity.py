@@ -17,15 +17,9 @@ from typing import Any
 
 import pytest
 
-from relaykit._types import (
-    Message,
-    Part,
-    Role,
-    SendMessageConfiguration,
-    SendMessageRequest,
-    TaskPushNotificationConfig,
-    TaskState,
-)
+from relaykit._enums import Role, TaskState
+from relaykit._requests import SendMessageConfiguration, SendMessageRequest
+from relaykit._types import Message, Part, TaskPushNotificationConfig
 from relaykit.http import create_app
 from relaykit.server import CallContext, FunctionAgent
 from relaykit.server._front import requeued

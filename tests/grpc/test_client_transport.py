@@ -11,6 +11,7 @@ import pytest
 from grpc_test_agents import Interop
 
 from relaykit._card import AgentCapabilities, AgentCard, AgentExtension
+from relaykit._enums import TaskState
 from relaykit._errors import (
     A2AConnectionError,
     A2ATimeoutError,
@@ -18,14 +19,8 @@ from relaykit._errors import (
     TaskNotFoundError,
 )
 from relaykit._methods import OPERATIONS_BY_NAME
-from relaykit._types import (
-    GetTaskRequest,
-    Message,
-    SendMessageRequest,
-    SubscribeToTaskRequest,
-    Task,
-    TaskState,
-)
+from relaykit._requests import GetTaskRequest, SendMessageRequest, SubscribeToTaskRequest
+from relaykit._types import Message, Task
 from relaykit.client import Client
 from relaykit.client._grpc import GrpcTransport
 

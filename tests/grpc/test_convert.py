@@ -22,7 +22,7 @@ from google.protobuf import json_format
 from pydantic import ValidationError
 
 from relaykit import _card as c
-from relaykit import _types as t
+from relaykit import types as t
 from relaykit._grpc_gen import a2a_pb2 as pb
 from relaykit._model import A2AModel
 from relaykit._proto import (

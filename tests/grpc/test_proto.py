@@ -98,7 +98,8 @@ from a2a.types import a2a_pb2 as sdk
 from google.protobuf import descriptor_pool
 import relaykit.grpc, relaykit.client._grpc
 from relaykit._grpc_gen import a2a_pb2 as ours
-from relaykit._types import Message, SendMessageRequest
+from relaykit._requests import SendMessageRequest
+from relaykit._types import Message
 from relaykit.grpc import from_proto, to_proto
 
 assert descriptor_pool.Default().FindMessageTypeByName("lf.a2a.v1.Task") is sdk.Task.DESCRIPTOR

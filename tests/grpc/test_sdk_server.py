@@ -13,8 +13,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from relaykit._card import AgentCapabilities, AgentCard, AgentInterface
+from relaykit._enums import TaskState
 from relaykit._errors import TaskNotCancelableError, TaskNotFoundError, UnsupportedOperationError
-from relaykit._types import Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
+from relaykit._types import Message, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 from relaykit.client import Client
 from relaykit.client._grpc import GrpcTransport
 

@@ -19,8 +19,9 @@ import httpx
 import pytest
 from support.servers import REPO_ROOT, ServerProcess
 
+from relaykit._enums import TaskState
 from relaykit._grpc_gen import a2a_pb2 as pb
-from relaykit._types import Task, TaskState, TaskStatusUpdateEvent
+from relaykit._types import Task, TaskStatusUpdateEvent
 from relaykit.client import Client
 from relaykit.client._grpc import GrpcTransport
 from relaykit.grpc import FIRST_EVENT_ID, SERVICE_NAME

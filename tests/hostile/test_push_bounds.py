@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from relaykit import agent
-from relaykit._types import TaskState
+from relaykit._enums import TaskState
 from relaykit.backends._base import OutboxChanges
 from relaykit.backends.memory import MemoryPushOutbox
 from relaykit.http._app import create_app

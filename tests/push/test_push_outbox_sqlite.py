@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from relaykit._types import Task, TaskState, TaskStatus
+from relaykit._enums import TaskState
+from relaykit._types import Task, TaskStatus
 from relaykit.backends._base import OutboxChanges, OutboxEntry, TaskRecord
 from relaykit.backends.sqlite import _MIGRATIONS, SCHEMA_VERSION, SQLitePushOutbox, SQLiteTaskStore
 

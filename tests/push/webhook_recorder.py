@@ -24,9 +24,14 @@ import json
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import uvicorn
+
+# Run as a script (the push tests start it as a subprocess): make ``tests/`` importable for ``support``.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.asgi import lifespan, read_body, respond
 
 STATE: dict[str, Any] = {"fail_first": 0, "fail_all": False, "fail_status": 503, "delay": 0.0, "records": []}
 
@@ -42,39 +47,17 @@ def _sdk_kind(body: bytes) -> tuple[str | None, str]:
     return message.WhichOneof("payload"), ""
 
 
-async def _read(receive: Any) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 async def _send(send: Any, status: int, payload: Any) -> None:
-    body = json.dumps(payload).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await respond(send, status, json.dumps(payload).encode())
 
 
 def make_app(sdk: bool, token: str | None) -> Any:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                else:
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         path, method = scope["path"], scope["method"]
-        body = await _read(receive)
+        body = await read_body(receive)
         if path == "/_ready":
             await _send(send, 200, {})
             return

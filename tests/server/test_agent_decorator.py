@@ -9,16 +9,9 @@ from typing import Any
 import pytest
 
 from relaykit import agent
-from relaykit._types import (
-    Message,
-    Part,
-    Role,
-    SendMessageRequest,
-    Task,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatusUpdateEvent,
-)
+from relaykit._enums import Role, TaskState
+from relaykit._requests import SendMessageRequest
+from relaykit._types import Message, Part, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 from relaykit.server import AgentContext, FunctionAgent, StreamItem, TaskEngine
 
 WAIT = 5.0

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from relaykit._enums import TaskState
 from relaykit._errors import (
     InternalError,
     InvalidAgentResponseError,
@@ -25,16 +26,8 @@ from relaykit._errors import (
     UnsupportedOperationError,
 )
 from relaykit._model import utc_now
-from relaykit._types import (
-    Message,
-    SendMessageConfiguration,
-    SendMessageRequest,
-    Task,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
-)
+from relaykit._requests import SendMessageConfiguration, SendMessageRequest
+from relaykit._types import Message, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent
 from relaykit.backends import MemoryTaskStore, TaskQuery, TaskRecord
 from relaykit.backends.memory import LocalEventBus
 from relaykit.server import (

@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from relaykit._types import Message, SendMessageRequest, Task, TaskState
+from relaykit._enums import TaskState
+from relaykit._requests import SendMessageRequest
+from relaykit._types import Message, Task
 from relaykit.server import AgentExecutor, EventQueue, RequestContext, TaskEngine, TaskUpdater
 from relaykit.server._active import ActiveTask, PendingRequest
 

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from relaykit._enums import TaskState
 from relaykit._errors import InvalidAgentResponseError
 from relaykit._state import ACTIVE, INTERRUPTED, TERMINAL, IllegalTransitionError, apply, can_transition
-from relaykit._types import (
-    Artifact,
-    Message,
-    Part,
-    Task,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
-)
+from relaykit._types import Artifact, Message, Part, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent
 
 ALL = list(TaskState)
 TARGETS = [s for s in ALL if s is not TaskState.UNSPECIFIED]

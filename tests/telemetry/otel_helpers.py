@@ -17,6 +17,7 @@ import uvicorn
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.asgi import lifespan, read_body, respond
 
 from relaykit import agent
 from relaykit.assembly import assemble
@@ -167,23 +168,12 @@ async def webhook() -> AsyncIterator[Webhook]:
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                else:
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+            await lifespan(receive, send)
+            return
+        body = await read_body(receive)
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         status = hook.status
-        await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"2")]})
-        await send({"type": "http.response.body", "body": b"{}"})
+        await respond(send, status, b"{}", content_type=None)
         async with hook.arrived:
             if status == 200:
                 hook.received.append((headers, body))

@@ -15,6 +15,7 @@ import asyncio
 import gzip
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -26,6 +27,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+
+# Run as a script (test_export starts it as a subprocess): make ``tests/`` importable for ``support``.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from support.asgi import lifespan, read_body, respond
 
 SPANS: list[dict[str, Any]] = []
 METRICS: list[str] = []
@@ -68,19 +73,9 @@ def _metrics(body: bytes) -> bytes:
 
 async def app(scope: Any, receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            else:
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+        await lifespan(receive, send)
+        return
+    body = await read_body(receive)
     headers = dict(scope["headers"])
     if headers.get(b"content-encoding") == b"gzip":
         body = gzip.decompress(body)
@@ -93,14 +88,7 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
         answer = json.dumps({"spans": SPANS, "metrics": sorted(set(METRICS))}).encode()
     elif scope["path"] != "/_ready":
         status = 404
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", content_type), (b"content-length", str(len(answer)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": answer})
+    await respond(send, status, answer, content_type)
 
 
 def main() -> None:

@@ -23,7 +23,8 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any, ClassVar
 
 from relaykit._card import AgentCard, AgentSkill
-from relaykit._types import Message, Part, Task, TaskState, TaskStatus
+from relaykit._enums import TaskState
+from relaykit._types import Message, Part, Task, TaskStatus
 from relaykit.adapters._conversations import (
     ConversationKey,
     ConversationStore,

@@ -26,8 +26,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from relaykit._card import AgentCard
+from relaykit._enums import TaskState
 from relaykit._errors import A2ATaskAuthRequiredError, A2ATaskFailedError, A2ATaskRejectedError
-from relaykit._types import Message, Part, Task, TaskState
+from relaykit._types import Message, Part, Task
 from relaykit.client._client import Client
 
 __all__ = ["QUESTION_PREFIX", "RemoteAgent", "tool_name"]

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
+from relaykit._enums import Role, TaskState
+from relaykit._ids import new_id
 from relaykit._model import utc_now
-from relaykit._types import Message, Part, Role, Task, TaskPushNotificationConfig, TaskState, TaskStatus, new_id
+from relaykit._types import Message, Part, Task, TaskPushNotificationConfig, TaskStatus
 
 __all__ = [
     "Claim",

@@ -38,14 +38,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from relaykit._enums import TaskState
 from relaykit._errors import A2AConnectionError, A2AError, A2ATimeoutError
-from relaykit._types import (
-    ListTasksResponse,
-    Message,
-    SendMessageResponse,
-    Task,
-    TaskState,
-)
+from relaykit._requests import ListTasksResponse
+from relaykit._types import Message, SendMessageResponse, Task
 from relaykit.cli._args import add_credentials, request_headers, tls_options
 from relaykit.cli._chat import chat
 from relaykit.cli._output import (

@@ -14,17 +14,10 @@ from typing import Any, TextIO
 import pydantic_core
 
 from relaykit._card import AgentCard
+from relaykit._enums import TaskState
 from relaykit._errors import A2AClientError, A2AError
 from relaykit._model import format_timestamp
-from relaykit._types import (
-    Message,
-    Part,
-    StreamResponse,
-    Task,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatusUpdateEvent,
-)
+from relaykit._types import Message, Part, StreamResponse, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
 __all__ = [
     "EXIT_A2A",

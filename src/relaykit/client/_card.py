@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import time
@@ -28,16 +29,30 @@ from relaykit._v03 import card_in, is_v03
 
 __all__ = [
     "CARD_PATH",
+    "DEFAULT_TRANSPORTS",
     "CardResolver",
     "canonical_card",
     "card_keys",
     "choose_interface",
+    "grpc_available",
     "parse_card",
     "sign_card",
     "verify_card",
 ]
 
 CARD_PATH = "/.well-known/agent-card.json"
+
+
+def grpc_available() -> bool:
+    """Whether the gRPC transport can be used: grpcio and relaykit's gRPC client module are installed."""
+    return (
+        importlib.util.find_spec("grpc") is not None and importlib.util.find_spec("relaykit.client._grpc") is not None
+    )
+
+
+# The client's default preference among a card's interfaces: JSON-RPC, then REST, then gRPC when its transport and
+# grpcio are installed.
+DEFAULT_TRANSPORTS: tuple[str, ...] = ("JSONRPC", "HTTP+JSON", *(("GRPC",) if grpc_available() else ()))
 _MAX_AGE = re.compile(r"max-age=(\d+)")
 
 

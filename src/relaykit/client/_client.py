@@ -13,8 +13,9 @@ Behaviour a caller relies on:
   ``A2ATaskFailedError`` / ``A2ATaskRejectedError`` / ``A2ATaskAuthRequiredError`` / ``A2ATaskInputRequiredError``
   (all in ``relaykit.errors``) for those outcomes.
 
-Modules: this one holds ``Client`` (and re-exports the policies); ``_policies`` ``RetryPolicy`` / ``ResumePolicy`` and
-what counts as retryable; ``_stream_view`` ``StreamView``, the de-duplication that makes a resumed stream one stream.
+Modules: this one holds ``Client`` (and re-exports the policies); ``_resume`` the loop that resumes a dropped stream;
+``_stream_view`` ``StreamView``, the de-duplication that makes a resumed stream one stream; ``_policies``
+``RetryPolicy`` / ``ResumePolicy`` and what counts as retryable; ``_card`` the card and the transport preferences.
 """
 
 from __future__ import annotations
@@ -29,21 +30,17 @@ from typing import Any
 import httpx
 
 from relaykit._card import AgentCard, AgentInterface
+from relaykit._enums import TaskState
 from relaykit._errors import (
-    A2AConnectionError,
     A2AError,
-    A2AReconnectError,
     A2ATaskAuthRequiredError,
     A2ATaskFailedError,
     A2ATaskInputRequiredError,
     A2ATaskRejectedError,
-    InvalidParamsError,
-    UnsupportedOperationError,
 )
 from relaykit._methods import OPERATIONS_BY_NAME, Operation
 from relaykit._model import A2AModel
-from relaykit._types import (
-    AuthenticationInfo,
+from relaykit._requests import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
@@ -52,22 +49,17 @@ from relaykit._types import (
     ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     ListTasksResponse,
-    Message,
-    Part,
     SendMessageConfiguration,
     SendMessageRequest,
-    SendMessageResponse,
-    StreamResponse,
     SubscribeToTaskRequest,
-    Task,
-    TaskPushNotificationConfig,
-    TaskState,
 )
+from relaykit._types import AuthenticationInfo, Message, Part, SendMessageResponse, Task, TaskPushNotificationConfig
 from relaykit._v03 import is_v03
 from relaykit.client._auth import Interceptor, TraceContext
-from relaykit.client._card import CardResolver, choose_interface
+from relaykit.client._card import DEFAULT_TRANSPORTS, CardResolver, choose_interface, grpc_available
 from relaykit.client._policies import ResumePolicy, RetryPolicy, retryable
-from relaykit.client._stream_view import Event, StreamView
+from relaykit.client._resume import aclose_stream, resume_stream
+from relaykit.client._stream_view import Event
 from relaykit.client._tls import tls_verify
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport, StreamEvent
 from relaykit.telemetry import client_span, client_tracer, span_current, start_client_span
@@ -77,14 +69,6 @@ __all__ = ["Client", "ResumePolicy", "RetryPolicy"]
 InputHandler = Callable[[Task], Awaitable[Message | str] | Message | str]
 
 
-def _grpc_available() -> bool:
-    return (
-        importlib.util.find_spec("grpc") is not None and importlib.util.find_spec("relaykit.client._grpc") is not None
-    )
-
-
-# JSON-RPC, then REST, then gRPC when its transport and grpcio are installed.
-DEFAULT_TRANSPORTS: tuple[str, ...] = ("JSONRPC", "HTTP+JSON", *(("GRPC",) if _grpc_available() else ()))
 # The default policies: frozen, so every client may share one instance of each.
 _DEFAULT_RETRY = RetryPolicy()
 _DEFAULT_RESUME = ResumePolicy()
@@ -197,7 +181,7 @@ class Client:
             return RESTTransport(
                 interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout, v03=legacy
             )
-        if binding == "GRPC" and _grpc_available():
+        if binding == "GRPC" and grpc_available():
             module = importlib.import_module("relaykit.client._grpc")
             # A gRPC interface is a bare host:port: TLS when the client was given TLS material or found the card
             # over HTTPS (an agent serving HTTPS serves its gRPC port with the same certificate).
@@ -277,7 +261,7 @@ class Client:
             async for item in stream:
                 yield item
         finally:
-            await _aclose(stream)  # close the transport's stream with this one, not at garbage collection
+            await aclose_stream(stream)  # close the transport's stream with this one, not at garbage collection
             if span is not None:
                 span.end()
 
@@ -330,7 +314,8 @@ class Client:
     ) -> AsyncIterator[Event]:
         """SendStreamingMessage: every event once, in order, across reconnections, until terminal/interrupted."""
         request = SendMessageRequest(message=self._message(message, task_id, context_id), metadata=metadata)
-        events = self._resilient(
+        events = resume_stream(
+            self,
             self._stream("SendStreamingMessage", request),
             stop_at_interrupt=True,
             continuing=bool(request.message.task_id),
@@ -339,17 +324,17 @@ class Client:
             async for event in events:
                 yield event
         finally:
-            await _aclose(events)
+            await aclose_stream(events)
 
     async def subscribe(self, task_id: str) -> AsyncIterator[Event]:
         """SubscribeToTask: the task snapshot first, then every event until the task is terminal."""
         source = self._stream("SubscribeToTask", SubscribeToTaskRequest(id=task_id))
-        events = self._resilient(source, stop_at_interrupt=False, task_id=task_id)
+        events = resume_stream(self, source, stop_at_interrupt=False, task_id=task_id)
         try:
             async for event in events:
                 yield event
         finally:
-            await _aclose(events)
+            await aclose_stream(events)
 
     async def get_task(self, task_id: str, *, history_length: int | None = None) -> Task:
         """GetTask."""
@@ -472,72 +457,6 @@ class Client:
                 return await asyncio.wait_for(value, self.input_timeout)
             return await value
         return value
-
-    # --- resilient streams -------------------------------------------------------------------------------
-
-    async def _resilient(
-        self,
-        source: AsyncIterator[StreamEvent],
-        *,
-        stop_at_interrupt: bool,
-        task_id: str | None = None,
-        continuing: bool = False,
-    ) -> AsyncIterator[Event]:
-        # A subscription (task_id given) starts with a snapshot taken while the server already taps live events.
-        view = StreamView(task_id, continuing=continuing, subscription=task_id is not None)
-        attempts = 0
-        while True:
-            try:
-                try:
-                    async for event_id, response in source:
-                        if event_id:
-                            view.last_event_id = event_id
-                        attempts = 0
-                        for event in view.accept(response, event_id):
-                            yield event
-                        if view.finished(stop_at_interrupt):
-                            return
-                finally:
-                    # Bug fix: a stream left suspended here (the task finished, the caller stopped early) was only
-                    # closed by the garbage collector, which finalises the nested generators (this source, the
-                    # transport's, httpx's) in no particular order: "aclose(): asynchronous generator is already
-                    # running" errors and connections held open. Close it now, in order.
-                    await _aclose(source)
-                if view.task_id is None or view.finished(stop_at_interrupt):
-                    return
-                # The stream closed before the task was final (proxy idle timeout, server restart): resume.
-                failure: A2AError = A2AConnectionError("the stream ended before the task finished")
-            except (UnsupportedOperationError, InvalidParamsError) as exc:
-                # Resubscribing to a task that ended meanwhile: fetch its final state instead. (0.3 servers answered
-                # that resubscription with InvalidParams; a 1.0 server's InvalidParams is a real error.)
-                legacy = getattr(self._transport, "v03", False)
-                if view.task_id is None or attempts == 0 or (isinstance(exc, InvalidParamsError) and not legacy):
-                    raise
-                for event in view.accept(StreamResponse(task=await self.get_task(view.task_id)), None):
-                    yield event
-                return
-            except A2AError as exc:
-                if not retryable(exc) or view.task_id is None:
-                    raise
-                failure = exc
-            attempts += 1
-            if attempts > self.resume.attempts:
-                raise A2AReconnectError(
-                    f"stream of task {view.task_id} could not be resumed after {self.resume.attempts} attempts "
-                    f"({failure})",
-                    attempts=self.resume.attempts,
-                ) from failure
-            await asyncio.sleep(self.resume.delay(attempts))
-            view.interrupted()
-            source = self._stream(
-                "SubscribeToTask", SubscribeToTaskRequest(id=view.task_id), last_event_id=view.last_event_id
-            )
-
-
-async def _aclose(source: AsyncIterator[Any]) -> None:
-    aclose = getattr(source, "aclose", None)
-    if aclose is not None:
-        await aclose()
 
 
 def _outcome_text(task: Task) -> str:

@@ -7,13 +7,13 @@ view also says when the stream is over (terminal, or interrupted when the caller
 
 from __future__ import annotations
 
+from relaykit._enums import TaskState
 from relaykit._types import (
     Message,
     Part,
     StreamResponse,
     Task,
     TaskArtifactUpdateEvent,
-    TaskState,
     TaskStatus,
     TaskStatusUpdateEvent,
 )

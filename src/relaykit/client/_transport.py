@@ -28,9 +28,10 @@ from relaykit._errors import (
     error_from_jsonrpc,
     error_from_status,
 )
+from relaykit._ids import new_id
 from relaykit._methods import Operation
 from relaykit._model import A2AModel
-from relaykit._types import StreamResponse, new_id
+from relaykit._types import StreamResponse
 from relaykit._v03 import _rest as rest03
 from relaykit._v03 import _rpc as rpc03
 

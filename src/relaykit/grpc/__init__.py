@@ -15,13 +15,16 @@ work side by side in one process.
 
 gRPC only: serve the assembly without the HTTP app, ``GrpcServer(relaykit.assembly.assemble(echo), port=50051)``.
 
-Metadata conventions (see ``relaykit.grpc._server``): requests carry ``a2a-version`` (required), ``a2a-extensions``
+Metadata conventions (see ``relaykit.grpc._binding``): requests carry ``a2a-version`` (required), ``a2a-extensions``
 and, for SubscribeToTask, ``last-event-id``; streams answer with initial metadata ``a2a-first-event-id`` (message *k*
 has id first + *k*) and trailing metadata ``a2a-last-event-id``.
 """
 
 from relaykit._proto import FIRST_EVENT_ID, LAST_EVENT_ID, POOL, RESUME_FROM, SERVICE_NAME, from_proto, to_proto
-from relaykit.grpc._server import GrpcBinding, GrpcServer, error_status, peer_certificate, server_credentials
+from relaykit.grpc._binding import GrpcBinding
+from relaykit.grpc._metadata import peer_certificate
+from relaykit.grpc._server import GrpcServer, server_credentials
+from relaykit.grpc._status import error_status
 
 __all__ = [
     "FIRST_EVENT_ID",

@@ -126,7 +126,7 @@ class _Inspector:
         return Response(found[0], media_type=found[1], headers=_SECURITY)
 
     async def config(self, request: Request) -> Response:
-        from relaykit.client._client import DEFAULT_TRANSPORTS
+        from relaykit.client._card import DEFAULT_TRANSPORTS
 
         try:
             from importlib.metadata import version

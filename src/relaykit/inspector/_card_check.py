@@ -26,10 +26,9 @@ from pydantic import ValidationError
 
 from relaykit._card import GRPC, AgentCard, AgentInterface
 from relaykit._errors import A2AClientError, A2AError, TaskNotFoundError
-from relaykit._types import new_id
+from relaykit._ids import new_id
 from relaykit.client import Client, RetryPolicy, parse_card
-from relaykit.client._card import card_url
-from relaykit.client._client import DEFAULT_TRANSPORTS
+from relaykit.client._card import DEFAULT_TRANSPORTS, card_url
 from relaykit.inspector._session import CLIENT_VERSIONS, SPOKEN_MAJORS, Session, local_interfaces
 
 __all__ = ["PROBE_TIMEOUT", "check_card"]

@@ -31,8 +31,7 @@ import httpx
 from relaykit._card import GRPC, AgentCard
 from relaykit._errors import A2AClientError, A2AInvalidCardError
 from relaykit.client import Client, RetryPolicy, parse_card
-from relaykit.client._card import card_url
-from relaykit.client._client import DEFAULT_TRANSPORTS
+from relaykit.client._card import DEFAULT_TRANSPORTS, card_url
 from relaykit.inspector._wire import InspectorHTTP
 
 __all__ = [

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import time
 
-from relaykit._types import TaskState
+from relaykit._enums import TaskState
 
 __all__ = ["NotificationGate"]
 

@@ -17,9 +17,10 @@ A restart resumes the outbox's pending entries; with an outbox shared by replica
 third of the lease and takes over the streams of a replica that died (their leases expired). One runner per stream
 (and a store lease) means two deliveries of the same (task, config) never overlap.
 
-Modules: this one holds ``PushSender`` (and re-exports ``ConfigCache`` and ``DeliveryPolicy``); ``_webhook`` one
-POST to a receiver (client, headers, the attempt); ``_config_cache`` the cached view of the push-config store;
-``_policy`` ``DeliveryPolicy``.
+Modules: this one holds ``PushSender``, its lifecycle and the engine hook (and re-exports ``ConfigCache`` and
+``DeliveryPolicy``); ``_delivery`` the streams and their runners (the sender's base class); ``_webhook`` one POST to
+a receiver (client, headers, the attempt); ``_config_cache`` the cached view of the push-config store; ``_policy``
+``DeliveryPolicy``.
 """
 
 from __future__ import annotations
@@ -37,31 +38,26 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
-from relaykit._types import (
-    Message,
-    Task,
-    TaskPushNotificationConfig,
-    TaskState,
-    TaskStatusUpdateEvent,
-    new_id,
-)
+from relaykit._enums import TaskState
+from relaykit._ids import new_id
+from relaykit._types import Message, Task, TaskStatusUpdateEvent
 from relaykit._v03 import push_body
 from relaykit.backends._base import (
     DeliveryHealth,
-    DeliveryOutcome,
     OutboxEntry,
     PushConfigStore,
     PushOutbox,
     StreamKey,
 )
 from relaykit.push._config_cache import ConfigCache, TaskKey
+from relaykit.push._delivery import StreamDelivery
 from relaykit.push._outbox import OutboxWriter
 from relaykit.push._policy import DeliveryPolicy
 from relaykit.push._rate import NotificationGate
 from relaykit.push._signing import PushSigner
 from relaykit.push._ssrf import WebhookGuard
 from relaykit.push._suspend import Suspensions
-from relaykit.push._webhook import EVENT_ID_HEADER, post_webhook, quiet_webhook_logs, webhook_client, webhook_headers
+from relaykit.push._webhook import EVENT_ID_HEADER, quiet_webhook_logs, webhook_client
 
 if TYPE_CHECKING:
     from relaykit.server._active import ActiveTask
@@ -76,22 +72,13 @@ PushEvents = Literal["all", "state"]
 _TERMINAL = frozenset(s for s in TaskState if s.is_terminal)
 
 
-class _Stream:
-    __slots__ = ("key", "queue", "runner")
-
-    def __init__(self, key: StreamKey) -> None:
-        self.key = key
-        self.queue: collections.deque[OutboxEntry] = collections.deque()
-        self.runner: asyncio.Task[None] | None = None
-
-
 def _state_of(event: Any) -> TaskState | None:
     if isinstance(event, Task | TaskStatusUpdateEvent):
         return event.status.state
     return None
 
 
-class PushSender:
+class PushSender(StreamDelivery):
     """Delivers push notifications from a ``PushOutbox``; ``on_event`` is the engine hook that fills it.
 
     ``events``: ``"all"`` (every task event: snapshots, status and artifact updates) or ``"state"`` (only the
@@ -134,7 +121,7 @@ class PushSender:
         self._http = http
         self._own_http = http is None
         self._writer: OutboxWriter | None = None
-        self._streams: dict[StreamKey, _Stream] = {}
+        self._streams = {}
         self._last_state: collections.OrderedDict[str, TaskState] = collections.OrderedDict()
         # Notifications per task beyond state changes: rate per second, burst deep (push amplification bound).
         self.gate = NotificationGate(*notify_rate)
@@ -176,30 +163,6 @@ class PushSender:
             self._dispatch(pending)
         if getattr(self.outbox, "orphaned", None) is not None:
             self._sweeper = asyncio.create_task(self._sweep_loop(), name="relaykit-push-sweep")
-
-    async def _sweep_loop(self) -> None:
-        """An outbox shared by replicas: take over the streams of a replica that died, within its lease time.
-
-        Every third of the lease, the pending entries no live lease covers (older than one sweep period, so the
-        entries a live sender has just committed and is about to claim are left to it) join this sender's streams;
-        a stream it already runs is left alone. The runner's claim and ``still_pending`` settle any race.
-        """
-        period = max(0.2, float(getattr(self.outbox, "lease_ttl", 30.0)) / 3)
-        orphaned = self.outbox.orphaned  # type: ignore[attr-defined]
-        while not await self._stop_within(period):
-            try:
-                entries = await orphaned(time.time() - period)
-            except Exception as exc:
-                log.warning("push outbox sweep failed: %s", exc)
-                continue
-            taken = [e for e in entries if e.stream not in self._streams]
-            if taken:
-                log.warning(
-                    "taking over %d push notification(s) of %d stream(s) left by a lost replica",
-                    len(taken),
-                    len({e.stream for e in taken}),
-                )
-                self._dispatch(taken)
 
     async def stop(self, drain: float = 1.0) -> None:
         """Commit what is buffered, let deliveries due now run for up to ``drain`` seconds, stop the rest.
@@ -339,168 +302,6 @@ class PushSender:
         while len(self._last_state) > 65536:
             self._last_state.popitem(last=False)
         return True
-
-    # --- delivery ------------------------------------------------------------------------------------------
-
-    def _dispatch(self, entries: list[OutboxEntry]) -> None:
-        for entry in entries:
-            stream = self._streams.get(entry.stream)
-            if stream is None:
-                stream = self._streams[entry.stream] = _Stream(entry.stream)
-            stream.queue.append(entry)
-            self._idle.clear()
-            if stream.runner is None and not self._stopping.is_set():
-                stream.runner = asyncio.create_task(self._run(stream), name=f"relaykit-push-{entry.task_id}")
-
-    def _discard(self, key: StreamKey) -> None:
-        stream = self._streams.pop(key, None)
-        if stream is not None:
-            stream.queue.clear()
-        if not self._streams:
-            self._idle.set()
-        if self._writer is not None:
-            self._writer.discard(key)
-
-    async def _stop_within(self, seconds: float) -> bool:
-        try:
-            await asyncio.wait_for(self._stopping.wait(), seconds)
-        except TimeoutError:
-            return False
-        return True
-
-    async def _run(self, stream: _Stream) -> None:
-        key = stream.key
-        # One lease holder per stream: this runner (a stream dropped and re-created while its old runner still has
-        # a request in flight gets a new runner, which waits for the old one's lease).
-        holder = f"{self.worker}#{next(self._runner_ids)}"
-        claimed = False
-        try:
-            while not await self.outbox.claim(key, holder):
-                if await self._stop_within(0.2):
-                    return
-            claimed = True
-            still_pending = getattr(self.outbox, "still_pending", None)
-            if still_pending is not None:
-                # An outbox shared by replicas: each read every pending entry at its start, so another replica may
-                # have delivered some of ours while it held this stream. Deliver only what is still pending.
-                left = await still_pending(key)
-                kept = [entry for entry in stream.queue if entry.event_id in left]
-                stream.queue.clear()
-                stream.queue.extend(kept)
-            while stream.queue:
-                try:
-                    if not await self._step(stream):
-                        return
-                except Exception:
-                    log.exception("task %s: push delivery failed unexpectedly", key[2])
-                    if await self._stop_within(1.0):
-                        return
-        finally:
-            stream.runner = None
-            if not stream.queue and self._streams.get(key) is stream:
-                del self._streams[key]
-            if not self._streams:
-                self._idle.set()
-            if claimed:
-                with contextlib.suppress(Exception):
-                    await self.outbox.release(key, holder)
-
-    async def _step(self, stream: _Stream) -> bool:
-        """Deliver (or give up on) the head of the stream once; ``False`` to stop the runner."""
-        writer = self._writer
-        assert writer is not None
-        key = stream.key
-        entry = stream.queue[0]
-        wait = entry.next_attempt_at - time.time()
-        if wait > 0 and await self._stop_within(wait):
-            return False
-        config = await self.configs.get(key[2], key[3], tenant=key[0], owner=key[1])
-        if not stream.queue or stream.queue[0] is not entry:
-            return True  # discarded meanwhile
-        if config is None:
-            self._discard(key)  # the config was deleted: its notifications go with it
-            return False
-        now = time.time()
-        if self.policy.max_age and now - entry.created_at >= self.policy.max_age:
-            entry.last_error = f"expired: not delivered within {self.policy.max_age:g} s" + (
-                f" (last error: {entry.last_error})" if entry.last_error else ""
-            )
-            entry.dead_at = now
-            stream.queue.popleft()
-            writer.dead(entry, None)
-            return True
-        async with self._slots:
-            ok, error, retry_after = await self.deliver(entry, config)
-        now = time.time()
-        entry.attempts += 1
-        if not stream.queue or stream.queue[0] is not entry:
-            return True
-        outcome = DeliveryOutcome(key, ok, now, config.url, error)
-        tel = self.telemetry
-        if ok:
-            stream.queue.popleft()
-            writer.delivered(entry, outcome)
-            self.suspensions.succeeded(key)
-            if tel is not None:
-                tel.push_outcome("delivered")
-            return True
-        entry.last_error = error
-        if self.suspensions.failed(key, now, error):
-            self._suspend(stream, outcome, now)
-            return True
-        if entry.attempts >= self.policy.max_attempts:
-            entry.dead_at = now
-            stream.queue.popleft()
-            writer.dead(entry, outcome)
-            if tel is not None:
-                tel.push_outcome("dead")
-            log.warning(
-                "task %s: gave up on push notification %s for config %s after %d attempt(s): %s",
-                key[2],
-                entry.event_id,
-                key[3],
-                entry.attempts,
-                error,
-            )
-            return True
-        entry.next_attempt_at = now + self.policy.delay(entry.attempts, retry_after)
-        writer.retried(entry, outcome)
-        if tel is not None:
-            tel.push_outcome("retried")
-        return not self._stopping.is_set()
-
-    def _suspend(self, stream: _Stream, outcome: DeliveryOutcome, now: float) -> None:
-        """The stream's config was just suspended: what it has queued becomes dead letters, none attempted."""
-        writer = self._writer
-        assert writer is not None
-        reason = self.suspensions.reason(stream.key)
-        attempt: DeliveryOutcome | None = outcome  # recorded once, with the entry it was made for
-        for entry in stream.queue:
-            entry.last_error = reason
-            entry.dead_at = now
-            writer.dead(entry, attempt)
-            attempt = None
-            if self.telemetry is not None:
-                self.telemetry.push_outcome("suspended")
-        stream.queue.clear()
-
-    def headers(self, entry: OutboxEntry, config: TaskPushNotificationConfig) -> dict[str, str]:
-        """The headers of one delivery attempt of ``entry`` to ``config``."""
-        return webhook_headers(entry, config, self.signer)
-
-    async def deliver(self, entry: OutboxEntry, config: TaskPushNotificationConfig) -> tuple[bool, str, float | None]:
-        """One attempt: ``(ok, error, retry_after)``."""
-        http = self._http
-        assert http is not None
-        timeout = self.policy.timeout
-        if self.telemetry is not None:
-            headers = self.headers(entry, config)
-            with self.telemetry.push_attempt(entry, httpx.URL(config.url).host, headers) as span:
-                ok, error, retry_after = await post_webhook(http, entry, config, headers, timeout)
-                if span is not None and not ok:
-                    span.set_attribute("error.type", error.split(":", 1)[0][:80])
-            return ok, error, retry_after
-        return await post_webhook(http, entry, config, self.headers(entry, config), timeout)
 
     # --- reading -------------------------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from relaykit._types import Message, SendMessageConfiguration, Task
+from relaykit._requests import SendMessageConfiguration
+from relaykit._types import Message, Task
 from relaykit.backends._base import TaskRecord
 from relaykit.backends._bus import Tap
 from relaykit.server._context import CallContext, RequestContext

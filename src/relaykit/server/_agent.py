@@ -21,7 +21,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn
 
 from relaykit._card import AgentCard
-from relaykit._types import Artifact, Message, Part, Task, TaskState, TaskStatus
+from relaykit._enums import TaskState
+from relaykit._types import Artifact, Message, Part, Task, TaskStatus
 from relaykit.server._context import RequestContext
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._queue import EventQueue

@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from relaykit._enums import TaskState
 from relaykit._errors import InvalidAgentResponseError, TaskNotCancelableError, TaskNotFoundError
 from relaykit._model import utc_now
 from relaykit._state import TERMINAL, apply
-from relaykit._types import Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
+from relaykit._types import Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 from relaykit.server._active import ActiveTask, PendingRequest, visible
 from relaykit.server._context import CallContext, RequestContext
 from relaykit.server._executor import AgentExecutor

@@ -41,17 +41,15 @@ import secrets
 import socket
 from typing import TYPE_CHECKING, Any
 
+from relaykit._enums import TaskState
 from relaykit._errors import (
     A2AError,
     ResourceExhaustedError,
     ServiceUnavailableError,
     UnsupportedOperationError,
 )
+from relaykit._requests import SendMessageRequest
 from relaykit._state import TERMINAL
-from relaykit._types import (
-    SendMessageRequest,
-    TaskState,
-)
 from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends.redis import RedisWorkQueue, WorkItem
 from relaykit.server._context import CallContext

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relaykit._principal import ANONYMOUS, ANONYMOUS_PRINCIPAL, Principal
-from relaykit._types import Message, SendMessageConfiguration, Task
+from relaykit._requests import SendMessageConfiguration
+from relaykit._types import Message, Task
 
 __all__ = ["ANONYMOUS", "CallContext", "RequestContext"]
 

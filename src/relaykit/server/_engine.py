@@ -33,8 +33,10 @@ from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from typing import Any
 
+from relaykit._enums import TaskState
 from relaykit._errors import ServiceUnavailableError
-from relaykit._types import Message, SendMessageRequest, Task, TaskState, TaskStatusUpdateEvent, stream_json
+from relaykit._requests import SendMessageRequest
+from relaykit._types import Message, Task, TaskStatusUpdateEvent, stream_json
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import EventBus
 from relaykit.backends.memory import LocalEventBus, MemoryTaskStore

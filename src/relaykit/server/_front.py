@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
+from relaykit._enums import Role, TaskState
 from relaykit._errors import (
     A2AError,
     InvalidParamsError,
@@ -25,20 +26,12 @@ from relaykit._errors import (
     TaskNotCancelableError,
     TaskNotFoundError,
 )
+from relaykit._ids import new_id
 from relaykit._model import utc_now
 from relaykit._principal import ANONYMOUS, ANONYMOUS_PRINCIPAL, Principal
+from relaykit._requests import SendMessageRequest
 from relaykit._state import INTERRUPTED, TERMINAL
-from relaykit._types import (
-    Message,
-    Role,
-    SendMessageRequest,
-    Task,
-    TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
-    new_id,
-    stream_json,
-)
+from relaykit._types import Message, Task, TaskStatus, TaskStatusUpdateEvent, stream_json
 from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends.redis import RedisWorkQueue, WorkItem
 from relaykit.server._context import CallContext

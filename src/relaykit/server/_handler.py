@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from relaykit._card import AgentCard
+from relaykit._enums import TaskState
 from relaykit._errors import (
     ExtendedAgentCardNotConfiguredError,
     ExtensionSupportRequiredError,
@@ -19,8 +20,9 @@ from relaykit._errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from relaykit._ids import new_id
 from relaykit._model import A2AModel, Encoded
-from relaykit._types import (
+from relaykit._requests import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
     GetExtendedAgentCardRequest,
@@ -30,15 +32,10 @@ from relaykit._types import (
     ListTaskPushNotificationConfigsResponse,
     ListTasksRequest,
     ListTasksResponse,
-    Message,
     SendMessageRequest,
-    SendMessageResponse,
     SubscribeToTaskRequest,
-    Task,
-    TaskPushNotificationConfig,
-    TaskState,
-    new_id,
 )
+from relaykit._types import Message, SendMessageResponse, Task, TaskPushNotificationConfig
 from relaykit.auth._gate import Auth
 from relaykit.backends._base import PushConfigStore, TaskQuery
 from relaykit.backends.memory import MemoryPushConfigStore

@@ -24,21 +24,12 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
+from relaykit._enums import Role, TaskState
 from relaykit._errors import ArtifactTooLargeError, InvalidAgentResponseError
+from relaykit._ids import new_id
 from relaykit._model import utc_now
 from relaykit._state import TERMINAL, apply
-from relaykit._types import (
-    Message,
-    Part,
-    Role,
-    Task,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
-    new_id,
-    stream_json,
-)
+from relaykit._types import Message, Part, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, stream_json
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import EventBus
 from relaykit.server._active import ActiveTask, PendingRequest

@@ -19,6 +19,7 @@ import functools
 import logging
 from typing import Any
 
+from relaykit._enums import TaskState
 from relaykit._errors import (
     ArtifactTooLargeError,
     InternalError,
@@ -29,8 +30,10 @@ from relaykit._errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
+from relaykit._ids import new_id
+from relaykit._requests import SendMessageRequest
 from relaykit._state import INTERRUPTED, TERMINAL
-from relaykit._types import Message, SendMessageRequest, Task, TaskState, new_id
+from relaykit._types import Message, Task
 from relaykit.backends._base import TaskRecord
 from relaykit.server._active import ActiveTask, PendingRequest
 from relaykit.server._cancel import Cancellation

@@ -17,8 +17,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from relaykit._enums import Role, TaskState
 from relaykit._errors import ResourceExhaustedError, ServiceUnavailableError
-from relaykit._types import Message, Role, SendMessageRequest, Task, TaskState
+from relaykit._requests import SendMessageRequest
+from relaykit._types import Message, Task
 from relaykit.backends._base import Claim
 from relaykit.server._context import CallContext
 from relaykit.server._front import decode_call, requeued

@@ -11,17 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from relaykit._types import (
-    Artifact,
-    Message,
-    Part,
-    Role,
-    TaskArtifactUpdateEvent,
-    TaskState,
-    TaskStatus,
-    TaskStatusUpdateEvent,
-    new_id,
-)
+from relaykit._enums import Role, TaskState
+from relaykit._ids import new_id
+from relaykit._types import Artifact, Message, Part, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent
 from relaykit.server._context import RequestContext
 from relaykit.server._queue import EventQueue
 

@@ -20,7 +20,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from relaykit._types import Message, Part, Role, TaskState, new_id
+from relaykit._enums import Role, TaskState
+from relaykit._ids import new_id
+from relaykit._types import Message, Part
 from relaykit.server._context import RequestContext
 from relaykit.server._executor import AgentExecutor
 from relaykit.server._queue import EventQueue

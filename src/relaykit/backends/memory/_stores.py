@@ -12,7 +12,8 @@ import math
 import time
 from datetime import datetime
 
-from relaykit._types import Task, TaskPushNotificationConfig, TaskState
+from relaykit._enums import TaskState
+from relaykit._types import Task, TaskPushNotificationConfig
 from relaykit.backends._base import (
     Claim,
     ConflictError,

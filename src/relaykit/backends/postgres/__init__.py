@@ -49,7 +49,7 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
 Modules: this one states the invariants and exports the public names; ``_db`` the pool, the guard, outage mapping
 and administration (``upgrade``, ``drop_namespace``); ``_schema`` the schema version and migrations; ``_tasks``
 ``PostgresTaskStore``; ``_push`` ``PostgresPushConfigStore``; ``_outbox`` ``PostgresPushOutbox`` (the durable push
-outbox, schema version 3, with cross-replica stream leases). asyncpg is imported with this package:
+outbox, schema version 3); ``_leases`` its cross-replica stream leases. asyncpg is imported with this package:
 ``relaykit.backends`` imports it only when a PostgreSQL store is used.
 """
 

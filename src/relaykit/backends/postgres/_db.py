@@ -27,6 +27,7 @@ __all__ = [
     "Database",
     "StoreInUseError",
     "close_quietly",
+    "columns",
     "connect_once",
     "connection_lost",
     "describe",
@@ -78,6 +79,11 @@ def redact(dsn: str) -> str:
 
 def has_nul(*values: str) -> bool:
     return any("\x00" in value for value in values)
+
+
+def columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    """Rows as the column arrays ``unnest`` takes (one array per column, ``width`` of them)."""
+    return [[row[i] for row in rows] for i in range(width)] if rows else [[] for _ in range(width)]
 
 
 def rowcount(status: str) -> int:

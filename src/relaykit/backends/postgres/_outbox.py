@@ -5,21 +5,13 @@ What it adds to the ``PushOutbox`` rules in ``_base`` (mirroring ``sqlite.SQLite
 * **Shared pool, durable commits.** ``PostgresPushOutbox(task_store)`` shares the task store's pool (like
   ``PostgresPushConfigStore``); ``durable`` is true: a committed notification survives any replica, and
   ``pending()`` on start resumes it.
+* **Cross-replica stream leases** (``claim`` / ``release`` / ``renew``): ``_leases``, this class's base.
 * **One batch, one transaction.** ``commit`` applies ``OutboxChanges`` in the documented order (discards, adds,
   deliveries, retries, dead letters, health outcomes) in one transaction, one set-based statement per kind
   (``unnest`` of arrays), so a batch of hundreds of entries costs a handful of round trips. Health outcomes are
   folded per stream in Python first (an upsert may touch a row once per statement); the result is exactly what
   applying them one by one gives. Every array is sorted by key (concurrent commits of replicas then mostly lock
   rows in one order), and a commit that still deadlocks with another is retried.
-* **Cross-replica stream leases.** ``claim(stream, worker)`` is one ``INSERT … ON CONFLICT DO UPDATE … WHERE``:
-  it succeeds when the stream has no lease, when ``worker`` already holds it (the claim refreshes it), or when
-  the lease expired; expiry is ``now() + lease_ttl`` on the **database clock**, so replicas' clock skew cannot
-  make a live lease look expired. ``release`` deletes the lease only when ``worker`` holds it. While this object
-  holds leases, a keeper task renews them every ``renew_every`` seconds (a third of the ttl by default), so a
-  sender may hold a stream through long retry waits; a replica that dies stops renewing and its streams are
-  claimable ``lease_ttl`` seconds later. A lease found taken over (this process stalled past its expiry) is
-  logged and forgotten. ``close()`` releases what this object still holds. With the server unreachable, ``claim``
-  fails closed (``False``: the sender asks again) rather than raising.
 * Text columns cannot hold NUL: entries whose stream key contains one are dropped (no such task or config can
   exist in the PostgreSQL store), and NULs in error texts and URLs are replaced, so one bad string can never
   make every later commit fail.
@@ -27,19 +19,16 @@ What it adds to the ``PushOutbox`` rules in ``_base`` (mirroring ``sqlite.SQLite
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from relaykit._errors import ServiceUnavailableError
 from relaykit.backends._base import DeliveryHealth, DeliveryOutcome, OutboxChanges, OutboxEntry, StreamKey, from_epoch
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends.postgres._db import CONNECT_TIMEOUT, Database, has_nul, shared_database
+from relaykit.backends.postgres._db import CONNECT_TIMEOUT, Database, columns, has_nul, shared_database
+from relaykit.backends.postgres._leases import LEASE_TTL, StreamLeases
 
 if TYPE_CHECKING:
     from relaykit.backends.postgres._tasks import PostgresTaskStore
@@ -48,11 +37,7 @@ __all__ = ["LEASE_TTL", "PostgresPushOutbox"]
 
 log = logging.getLogger("relaykit.push")
 
-LEASE_TTL = 30.0
-"""Default seconds a stream lease lasts without renewal (how long a dead replica's streams stay blocked)."""
-
 _DEADLOCK_RETRIES = 3
-_SWEEP_EVERY = 60.0  # seconds between deletions of long-expired leases (left behind by replicas that died)
 
 _COLUMNS = (
     "event_id, tenant, owner, task_id, config_id, seq, body, created_at, attempts, next_attempt_at, last_error, "
@@ -95,12 +80,7 @@ def _fold(outcomes: list[DeliveryOutcome]) -> list[tuple[Any, ...]]:
     return [(*stream, *row) for stream, row in sorted(folded.items()) if not has_nul(*stream)]
 
 
-def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    # Rows to the column arrays ``unnest`` takes.
-    return [[row[i] for row in rows] for i in range(width)] if rows else [[] for _ in range(width)]
-
-
-class PostgresPushOutbox(AttachedStore[Database]):
+class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
     """The push outbox in PostgreSQL, shared by every replica of a namespace (see the module docstring).
 
     Pass the ``PostgresTaskStore`` to share its pool (the normal case); given a URL it opens its own pool.
@@ -122,23 +102,11 @@ class PostgresPushOutbox(AttachedStore[Database]):
         lease_ttl: float = LEASE_TTL,
         renew_every: float | None = None,
     ) -> None:
-        if not (math.isfinite(lease_ttl) and lease_ttl > 0):
-            raise ValueError(f"lease_ttl must be a positive number of seconds, not {lease_ttl!r}")
-        if renew_every is None:
-            renew_every = lease_ttl / 3
-        if not (math.isfinite(renew_every) and 0 <= renew_every < lease_ttl):
-            raise ValueError(
-                f"renew_every must be a number of seconds >= 0 and below lease_ttl ({lease_ttl!r}), not {renew_every!r}"
-            )
         self._db = shared_database(
             tasks_or_dsn, namespace, pool=pool, min_size=min_size, max_size=max_size, connect_timeout=connect_timeout
         )
         self._started = False
-        self.lease_ttl = float(lease_ttl)
-        self.renew_every = float(renew_every)
-        self._held: dict[StreamKey, str] = {}  # leases this object holds (renewed by the keeper)
-        self._keeper: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
+        self._init_leases(lease_ttl, renew_every)
         ns = self._db.namespace
         o, h, lease = f"{ns}_push_outbox", f"{ns}_push_health", f"{ns}_push_leases"
         key = "tenant, owner, task_id, config_id"
@@ -213,37 +181,6 @@ class PostgresPushOutbox(AttachedStore[Database]):
             f"FULL JOIN (SELECT * FROM {h} WHERE tenant = $1 AND owner = $2 AND task_id = $3) AS r "
             "ON r.config_id = c.config_id ORDER BY 1"
         )
-        # --- leases: held while expires_at > now() (the database clock, one for every replica)
-        # One statement: a new lease is inserted; an existing one is taken only when this worker holds it (a
-        # refresh) or it expired. ON CONFLICT locks the row, so racing claims are decided one after the other.
-        self._sql_claim = (
-            f"INSERT INTO {lease} AS l ({key}, worker, expires_at) "
-            "VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6)) "
-            f"ON CONFLICT ({key}) DO UPDATE SET worker = excluded.worker, expires_at = excluded.expires_at "
-            "WHERE l.worker = excluded.worker OR l.expires_at <= now() RETURNING 1"
-        )
-        self._sql_release = (
-            f"DELETE FROM {lease} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND config_id = $4 AND worker = $5"
-        )
-        # Renewal touches only rows still held by the same worker: it never re-creates a lease released meanwhile.
-        self._sql_renew = (
-            f"UPDATE {lease} AS l SET expires_at = now() + make_interval(secs => $6) "
-            "FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) "
-            "AS u(tenant, owner, task_id, config_id, worker) WHERE l.tenant = u.tenant AND l.owner = u.owner "
-            "AND l.task_id = u.task_id AND l.config_id = u.config_id AND l.worker = u.worker "
-            "RETURNING l.tenant, l.owner, l.task_id, l.config_id"
-        )
-        self._sql_release_all = (
-            f"DELETE FROM {lease} AS l USING unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) "
-            "AS u(tenant, owner, task_id, config_id, worker) WHERE l.tenant = u.tenant AND l.owner = u.owner "
-            "AND l.task_id = u.task_id AND l.config_id = u.config_id AND l.worker = u.worker"
-        )
-        # Leases of replicas that died with them: claimable already, deleted once long expired (housekeeping).
-        self._sql_sweep = f"DELETE FROM {lease} WHERE expires_at < now() - make_interval(secs => $1)"
-        self._sql_holder = (
-            f"SELECT worker, expires_at > now() FROM {lease} "
-            "WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND config_id = $4"
-        )
 
     @property
     def namespace(self) -> str:
@@ -254,22 +191,10 @@ class PostgresPushOutbox(AttachedStore[Database]):
 
     async def start(self) -> None:
         await super().start()
-        if self._keeper is None and self.renew_every > 0:
-            self._wake = asyncio.Event()
-            self._keeper = asyncio.create_task(self._keep(), name=f"relaykit-push-leases-{self.namespace}")
+        self._start_keeper()
 
     async def close(self) -> None:
-        keeper, self._keeper = self._keeper, None
-        if keeper is not None:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
-        if self._started and self._held:
-            held, self._held = self._held, {}
-            # Best effort: a lease not released here expires after lease_ttl anyway.
-            with contextlib.suppress(Exception):
-                await self._release_all(held)
-        self._held.clear()
+        await self._stop_leases()
         await super().close()
 
     # --- the outbox ----------------------------------------------------------------------------------------
@@ -314,11 +239,11 @@ class PostgresPushOutbox(AttachedStore[Database]):
         health = _fold(changes.outcomes)
         if not (discarded or added or delivered or retried or dead or health):
             return
-        discard_args = _columns(discarded, 4)
-        add_args = _columns(added, 12)
-        retry_args = _columns([retried[k] for k in sorted(retried)], 4)
-        dead_args = _columns([dead[k] for k in sorted(dead)], 4)
-        health_args = _columns(health, 11)
+        discard_args = columns(discarded, 4)
+        add_args = columns(added, 12)
+        retry_args = columns([retried[k] for k in sorted(retried)], 4)
+        dead_args = columns([dead[k] for k in sorted(dead)], 4)
+        health_args = columns(health, 11)
 
         async def job(conn: Any) -> None:
             async with conn.transaction():
@@ -434,107 +359,3 @@ class PostgresPushOutbox(AttachedStore[Database]):
             return list(await conn.fetch(self._sql_dead_letters, tenant, owner, task_id))
 
         return [self._entry(row) for row in await self._db.run(job)]
-
-    # --- stream leases ---------------------------------------------------------------------------------------
-
-    async def claim(self, stream: StreamKey, worker: str) -> bool:
-        if has_nul(worker):
-            raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
-        if has_nul(*stream):
-            return False  # no entry of such a stream can be stored
-
-        async def job(conn: Any) -> Any:
-            return await conn.fetchval(self._sql_claim, *stream, worker, self.lease_ttl)
-
-        try:
-            won = await self._db.run(job)
-        except ServiceUnavailableError as exc:
-            # Fail closed: without the database no lease can be confirmed; the sender asks again.
-            log.debug("push outbox: cannot claim a delivery stream: %s", exc)
-            return False
-        if won is None:
-            if self._held.get(stream) == worker:
-                del self._held[stream]  # taken over after it expired
-            return False
-        self._held[stream] = worker
-        self._wake.set()
-        return True
-
-    async def release(self, stream: StreamKey, worker: str) -> None:
-        if has_nul(worker, *stream):
-            return
-        if self._held.get(stream) == worker:
-            del self._held[stream]
-
-        async def job(conn: Any) -> None:
-            await conn.execute(self._sql_release, *stream, worker)
-
-        await self._db.run(job)
-
-    async def holder(self, stream: StreamKey) -> str | None:
-        """The worker holding a live lease on ``stream``, or ``None`` (observability, tests)."""
-        if has_nul(*stream):
-            return None
-
-        async def job(conn: Any) -> Any:
-            return await conn.fetchrow(self._sql_holder, *stream)
-
-        row = await self._db.run(job)
-        return str(row[0]) if row is not None and row[1] else None
-
-    async def renew(self) -> int:
-        """Renew every lease this object holds now (the keeper does it on its own); returns how many it still holds.
-
-        A lease another worker took over meanwhile (it had expired) is forgotten, with a warning.
-        """
-        held = dict(self._held)
-        if not held:
-            return 0
-        keys = sorted(held)
-        rows = [(*k, held[k]) for k in keys]
-
-        async def job(conn: Any) -> list[Any]:
-            return list(await conn.fetch(self._sql_renew, *_columns(rows, 5), self.lease_ttl))
-
-        renewed = {(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in await self._db.run(job)}
-        for key in keys:
-            if key not in renewed and self._held.get(key) == held[key]:
-                # Not released meanwhile (that would have removed it from _held): someone else has it now.
-                del self._held[key]
-                log.warning(
-                    "push outbox: lost the delivery lease of task %s, config %s (expired, taken over)", key[2], key[3]
-                )
-        return len(renewed)
-
-    async def _release_all(self, held: dict[StreamKey, str]) -> None:
-        rows = [(*k, held[k]) for k in sorted(held)]
-
-        async def job(conn: Any) -> None:
-            await conn.execute(self._sql_release_all, *_columns(rows, 5))
-
-        await self._db.run(job)
-
-    async def _keep(self) -> None:
-        """Renew held leases every ``renew_every`` seconds; now and then delete long-expired leases."""
-        swept = 0.0
-        while True:
-            if not self._held:
-                self._wake.clear()
-                await self._wake.wait()
-            await asyncio.sleep(self.renew_every)
-            try:
-                await self.renew()
-                if time.monotonic() - swept >= _SWEEP_EVERY:
-                    swept = time.monotonic()
-                    await self._sweep()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                # The server is away: the leases may lapse; claims decide again once it is back.
-                log.warning("push outbox: could not renew delivery leases: %s", exc)
-
-    async def _sweep(self) -> None:
-        async def job(conn: Any) -> None:
-            await conn.execute(self._sql_sweep, max(self.lease_ttl, _SWEEP_EVERY))
-
-        await self._db.run(job)

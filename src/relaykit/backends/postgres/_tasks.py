@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from relaykit._types import Task, TaskState
+from relaykit._enums import TaskState
+from relaykit._types import Task
 from relaykit.backends._base import Claim, ConflictError, ListPage, Orphan, TaskQuery, TaskRecord, failed_status
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends._paging import (

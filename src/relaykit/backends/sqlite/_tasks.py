@@ -10,7 +10,8 @@ import os
 import sqlite3
 from datetime import datetime
 
-from relaykit._types import Task, TaskState
+from relaykit._enums import TaskState
+from relaykit._types import Task
 from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord, failed_status
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends._paging import (

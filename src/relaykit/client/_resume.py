@@ -1,0 +1,99 @@
+"""Resumable streams: the loop that turns a dropped stream into one continuous stream of a task's events.
+
+On a network error, a retryable status, or a stream that ends before the task is final, the client re-subscribes to
+the same task with ``Last-Event-ID`` (bounded by ``ResumePolicy.attempts``, its backoff between attempts, reset by
+every event received); ``StreamView`` (``_stream_view``) de-duplicates what a resumed stream repeats. Attempts
+exhausted ⇒ ``A2AReconnectError(attempts=N)``. A task that ended while the stream was down is fetched instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from relaykit._errors import (
+    A2AConnectionError,
+    A2AError,
+    A2AReconnectError,
+    InvalidParamsError,
+    UnsupportedOperationError,
+)
+from relaykit._requests import SubscribeToTaskRequest
+from relaykit._types import StreamResponse
+from relaykit.client._policies import retryable
+from relaykit.client._stream_view import Event, StreamView
+from relaykit.client._transport import StreamEvent
+
+if TYPE_CHECKING:
+    from relaykit.client._client import Client
+
+__all__ = ["aclose_stream", "resume_stream"]
+
+
+async def resume_stream(
+    client: Client,
+    source: AsyncIterator[StreamEvent],
+    *,
+    stop_at_interrupt: bool,
+    task_id: str | None = None,
+    continuing: bool = False,
+) -> AsyncIterator[Event]:
+    """The events of ``source`` as one stream: resumed (``SubscribeToTask`` after the last event id) while the
+    task is not final, de-duplicated by ``StreamView``; ``stop_at_interrupt`` ends it at INPUT/AUTH_REQUIRED too."""
+    # A subscription (task_id given) starts with a snapshot taken while the server already taps live events.
+    view = StreamView(task_id, continuing=continuing, subscription=task_id is not None)
+    attempts = 0
+    while True:
+        try:
+            try:
+                async for event_id, response in source:
+                    if event_id:
+                        view.last_event_id = event_id
+                    attempts = 0
+                    for event in view.accept(response, event_id):
+                        yield event
+                    if view.finished(stop_at_interrupt):
+                        return
+            finally:
+                # Bug fix: a stream left suspended here (the task finished, the caller stopped early) was only
+                # closed by the garbage collector, which finalises the nested generators (this source, the
+                # transport's, httpx's) in no particular order: "aclose(): asynchronous generator is already
+                # running" errors and connections held open. Close it now, in order.
+                await aclose_stream(source)
+            if view.task_id is None or view.finished(stop_at_interrupt):
+                return
+            # The stream closed before the task was final (proxy idle timeout, server restart): resume.
+            failure: A2AError = A2AConnectionError("the stream ended before the task finished")
+        except (UnsupportedOperationError, InvalidParamsError) as exc:
+            # Resubscribing to a task that ended meanwhile: fetch its final state instead. (0.3 servers answered
+            # that resubscription with InvalidParams; a 1.0 server's InvalidParams is a real error.)
+            legacy = getattr(client._transport, "v03", False)
+            if view.task_id is None or attempts == 0 or (isinstance(exc, InvalidParamsError) and not legacy):
+                raise
+            for event in view.accept(StreamResponse(task=await client.get_task(view.task_id)), None):
+                yield event
+            return
+        except A2AError as exc:
+            if not retryable(exc) or view.task_id is None:
+                raise
+            failure = exc
+        attempts += 1
+        if attempts > client.resume.attempts:
+            raise A2AReconnectError(
+                f"stream of task {view.task_id} could not be resumed after {client.resume.attempts} attempts "
+                f"({failure})",
+                attempts=client.resume.attempts,
+            ) from failure
+        await asyncio.sleep(client.resume.delay(attempts))
+        view.interrupted()
+        source = client._stream(
+            "SubscribeToTask", SubscribeToTaskRequest(id=view.task_id), last_event_id=view.last_event_id
+        )
+
+
+async def aclose_stream(source: AsyncIterator[Any]) -> None:
+    """Close an async generator now, in order (not at garbage collection)."""
+    aclose = getattr(source, "aclose", None)
+    if aclose is not None:
+        await aclose()
