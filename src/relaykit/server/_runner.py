@@ -354,8 +354,12 @@ class Runner(Cancellation):
         deadline = asyncio.timeout(self.executor_timeout) if self.executor_timeout is not None else _NO_DEADLINE
         try:
             if body is not None:
-                # Every task stream starts with the Task (spec §5.5); for a continuation, the current snapshot.
-                await self._emit(active, None, None, persist=False, body=body)
+                # Every task stream starts with the Task (spec §5.5); for a continuation, the current snapshot. Its
+                # append need not hold up the agent unless a caller is answered with it (as for a new task's first
+                # snapshot: ``Recorder._create``).
+                config = pending.configuration
+                wait = self.on_event is not None or (config is not None and config.return_immediately)
+                await self._emit(active, None, None, persist=False, body=body, wait=wait)
                 pending.resolve(pending.first, body)
             try:
                 if deadline is _NO_DEADLINE:
