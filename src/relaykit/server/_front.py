@@ -109,6 +109,12 @@ def requeued(record: TaskRecord, *, fresh: bool) -> WorkItem | None:
     return WorkItem(record.task.id, record.tenant, record.owner, request, call, fresh)
 
 
+def _outcome_only(request: SendMessageRequest, streaming: bool) -> bool:
+    """Whether the caller of a message run here waits for its outcome alone (blocking, not returnImmediately)."""
+    config = request.configuration
+    return not streaming and not (config is not None and config.return_immediately)
+
+
 class Front:
     """Mixed into ``Cluster``: the accepting side."""
 
@@ -167,7 +173,9 @@ class Front:
         await self.store.insert_claimed(record, self.id)
         self._hold(task_id, True)
         try:
-            pending = self.engine.admit_claimed(request, call, record, fresh=True, streaming=streaming)
+            pending = self.engine.admit_claimed(
+                request, call, record, fresh=True, streaming=streaming, outcome_only=_outcome_only(request, streaming)
+            )
         except BaseException:
             self._hold(task_id, False)
             raise
@@ -204,7 +212,9 @@ class Front:
             return None
         try:
             accept_continuation(message, task.id, task.context_id, task)
-            pending = self.engine.admit_claimed(request, call, claim.record, streaming=streaming)
+            pending = self.engine.admit_claimed(
+                request, call, claim.record, streaming=streaming, outcome_only=_outcome_only(request, streaming)
+            )
         except BaseException:
             await self._release(task_id)
             raise

@@ -229,18 +229,21 @@ class Recorder:
             active.record.body = provisional.body  # what is stored (the checkpoints weigh chunks against it)
             active.last_flush = time.monotonic()
             active.dirty = True
-            # Nobody needs this append to have landed before the execution goes on: taps get the event once it has,
-            # and the blocking caller's answer is a later state. So it need not cost the agent a round trip: it goes
-            # out with the execution's next appends. Waited for when a returnImmediately caller is answered with it,
-            # or a push hook is told of it (neither may learn of an event the log could still lose).
-            config = pending.configuration
-            wait = self.on_event is not None or (config is not None and config.return_immediately)
-            await self._emit(active, None, None, persist=False, wait=wait)
+            await self._emit(active, None, None, persist=False, wait=self._first_wait(pending))
             record = active.record
             asyncio.get_running_loop().call_later(_DEFERRED_WRITE, self._write_deferred, active, record)
         else:
             await self._emit(active, None, None, persist=True)
         pending.resolve(pending.first, self._body(active))
+
+    def _first_wait(self, pending: PendingRequest) -> bool:
+        """Whether the publisher of an execution's first, unpersisted snapshot waits for its append. Not when its
+        caller here waits for the outcome alone and no push hook is told of it: then nobody needs the append to
+        have landed before the agent goes on (taps get the event once it has), and it goes out with the execution's
+        next appends instead of costing the agent a round trip. Otherwise it is waited for: a returnImmediately
+        caller or a push hook may not learn of an event the log could still lose, and a stream's first event leaves
+        at once, not behind the chunks an agent publishes without waiting."""
+        return self.on_event is not None or not pending.outcome_only
 
     def _write_deferred(self, active: ActiveTask, record: TaskRecord) -> None:
         """The deferred first write, unless the runner wrote since. It runs beside the runner, so it writes a copy
