@@ -308,7 +308,12 @@ def assemble(
 
         cluster = Cluster(
             engine,
-            RedisWorkQueue(redis_url, namespace=namespace, client=event_bus.client),  # type: ignore[attr-defined]
+            RedisWorkQueue(
+                redis_url,
+                namespace=namespace,
+                client=event_bus.client,  # type: ignore[attr-defined]
+                hot=event_bus.hot,  # type: ignore[attr-defined]
+            ),
             worker=worker,
             lease=lease,
             heartbeat=heartbeat if heartbeat is not None else lease / 5,

@@ -33,6 +33,7 @@ class PendingRequest:
         "first",
         "message",
         "metadata",
+        "outcome_only",
         "rerun",
         "seen",
         "started",
@@ -70,6 +71,9 @@ class PendingRequest:
         # Its entry in the engine's recent messages (idempotency), told when ``done`` is settled. Called directly
         # rather than as a done callback: that would cost a loop callback per message.
         self.seen: Seen | None = None
+        # Its caller, in this process, waits for the outcome alone (a blocking SendMessage run where accepted): no
+        # one is answered with, or streams from, the execution's first snapshot (``Recorder._first_wait``).
+        self.outcome_only = False
 
     def resolve(self, fut: asyncio.Future[Any], value: Any) -> None:
         if not fut.done():

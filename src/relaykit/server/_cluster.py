@@ -319,6 +319,9 @@ class Cluster(Front):
         else:
             self.held.pop(task_id, None)
 
+    async def _take_over(self, claim: Claim) -> None:
+        await take_over(self, claim)
+
     def _on_idle(self, active: ActiveTask) -> None:
         self._capacity.set()
         self.bus.run_elsewhere(active.task_id)

@@ -30,7 +30,7 @@ from relaykit._ids import new_id
 from relaykit._model import utc_now
 from relaykit._principal import ANONYMOUS, ANONYMOUS_PRINCIPAL, Principal
 from relaykit._requests import SendMessageRequest
-from relaykit._state import INTERRUPTED, TERMINAL
+from relaykit._state import ACTIVE, INTERRUPTED, TERMINAL
 from relaykit._types import Message, Task, TaskStatus, TaskStatusUpdateEvent, stream_json
 from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends.redis import RedisWorkQueue, WorkItem
@@ -102,6 +102,12 @@ def requeued(record: TaskRecord, *, fresh: bool) -> WorkItem | None:
     return WorkItem(record.task.id, record.tenant, record.owner, request, call, fresh)
 
 
+def _outcome_only(request: SendMessageRequest, streaming: bool) -> bool:
+    """Whether the caller of a message run here waits for its outcome alone (blocking, not returnImmediately)."""
+    config = request.configuration
+    return not streaming and not (config is not None and config.return_immediately)
+
+
 class Front:
     """Mixed into ``Cluster``: the accepting side."""
 
@@ -114,7 +120,9 @@ class Front:
     cancel_timeout: float
     requeue_after: float
 
-    async def _claim(self, task_id: str, tenant: str, owner: str, *, reuse: bool = True) -> Claim | None:
+    async def _claim(
+        self, task_id: str, tenant: str, owner: str, *, reuse: bool = True, request: bytes | None = None
+    ) -> Claim | None:
         raise NotImplementedError  # provided by Cluster
 
     async def _release(self, task_id: str) -> None:
@@ -124,6 +132,9 @@ class Front:
         raise NotImplementedError  # provided by Cluster
 
     def _hold(self, task_id: str, held: bool) -> None:
+        raise NotImplementedError  # provided by Cluster
+
+    async def _take_over(self, claim: Claim) -> None:
         raise NotImplementedError  # provided by Cluster
 
     async def _accept(self, request: SendMessageRequest, call: CallContext, task_id: str) -> tuple[bytes, bytes] | None:
@@ -155,11 +166,52 @@ class Front:
         await self.store.insert_claimed(record, self.id)
         self._hold(task_id, True)
         try:
-            pending = self.engine.admit_claimed(request, call, record, fresh=True, streaming=streaming)
+            pending = self.engine.admit_claimed(
+                request, call, record, fresh=True, streaming=streaming, outcome_only=_outcome_only(request, streaming)
+            )
         except BaseException:
             self._hold(task_id, False)
             raise
         self.bus.run_here(task_id, new=True)
+        return pending
+
+    async def _continue_here(
+        self, request: SendMessageRequest, call: CallContext, *, streaming: bool
+    ) -> PendingRequest | None:
+        """Run where accepted, for a message to an existing task: claim the task (one statement, which also reads
+        it) and run the message in this process, as ``_start_here`` does for a new task. Only for a task waiting for
+        this very message (interrupted: INPUT_REQUIRED, AUTH_REQUIRED) that nobody else holds; anything else (not
+        found, claimed elsewhere, running, terminal, a lost runner's) is left to the usual way (``_accept`` and the
+        work queue), which knows every case. None then."""
+        message = request.message
+        tenant = request.tenant or call.tenant
+        owner = call.user
+        task_id = message.task_id
+        # The message as a queue entry would carry it, stored with the claim: should this replica die, the worker
+        # that takes the task over re-creates the message from it, as for a queued one.
+        claim = await self._claim(task_id, tenant, owner, request=request.to_json() + b"\n" + encode_call(call))
+        if claim is None:
+            return None
+        task = claim.record.task
+        if claim.previous not in (None, self.id) and task.status.state in ACTIVE:
+            await self._take_over(claim)  # its runner was lost: recovered first, as a worker would
+            return None
+        if (
+            task.status.state not in INTERRUPTED
+            or claim.previous not in (None, self.id)
+            or any(m.message_id == message.message_id for m in task.history)
+        ):
+            await self._release(task_id)
+            return None
+        try:
+            accept_continuation(message, task.id, task.context_id, task)
+            pending = self.engine.admit_claimed(
+                request, call, claim.record, streaming=streaming, outcome_only=_outcome_only(request, streaming)
+            )
+        except BaseException:
+            await self._release(task_id)
+            raise
+        self.bus.run_here(task_id)
         return pending
 
     def _submitted(self, request: SendMessageRequest, call: CallContext, task_id: str) -> TaskRecord:
@@ -209,10 +261,14 @@ class Front:
         try:
             if engine.quota_gate is not None:  # per-principal quotas shared by the replicas (server._quotas)
                 undo = await engine.quota_gate(owner, task_id, message.message_id)
-            if not message.task_id and self._can_run_here():
-                fresh = True
-                pending = await self._start_here(request, call, task_id, streaming=streaming)
-                return None, task_id, key, False, "", None, pending
+            if self._can_run_here():
+                if not message.task_id:
+                    fresh = True
+                    pending = await self._start_here(request, call, task_id, streaming=streaming)
+                    return None, task_id, key, False, "", None, pending
+                continued = await self._continue_here(request, call, streaming=streaming)
+                if continued is not None:
+                    return None, task_id, key, False, "", None, continued
             new = await self._accept(request, call, task_id)
             fresh = new is not None
             tap, _ = await self.bus.open(task_id, execution=message.message_id)

@@ -220,12 +220,21 @@ class Recorder:
             active.record.body = provisional.body  # what is stored (the checkpoints weigh chunks against it)
             active.last_flush = time.monotonic()
             active.dirty = True
-            await self._emit(active, None, None, persist=False)
+            await self._emit(active, None, None, persist=False, wait=self._first_wait(pending))
             record = active.record
             asyncio.get_running_loop().call_later(_DEFERRED_WRITE, self._write_deferred, active, record)
         else:
             await self._emit(active, None, None, persist=True)
         pending.resolve(pending.first, self._body(active))
+
+    def _first_wait(self, pending: PendingRequest) -> bool:
+        """Whether the publisher of an execution's first, unpersisted snapshot waits for its append. Not when its
+        caller here waits for the outcome alone and no push hook is told of it: then nobody needs the append to
+        have landed before the agent goes on (taps get the event once it has), and it goes out with the execution's
+        next appends instead of costing the agent a round trip. Otherwise it is waited for: a returnImmediately
+        caller or a push hook may not learn of an event the log could still lose, and a stream's first event leaves
+        at once, not behind the chunks an agent publishes without waiting."""
+        return self.on_event is not None or not pending.outcome_only
 
     def _write_deferred(self, active: ActiveTask, record: TaskRecord) -> None:
         """The deferred first write, unless the runner wrote since. It runs beside the runner, so it writes a copy
@@ -268,7 +277,14 @@ class Recorder:
         return active.record.event_seq if active.record is not None else 0
 
     async def _emit(
-        self, active: ActiveTask, event: Any, data: bytes | None, *, persist: bool, body: bytes | None = None
+        self,
+        active: ActiveTask,
+        event: Any,
+        data: bytes | None,
+        *,
+        persist: bool,
+        body: bytes | None = None,
+        wait: bool = True,
     ) -> int:
         """Persist (when asked) and then publish one event. The stored ``event_seq`` names this very event, so a
         subscriber that starts from the stored task resumes exactly after it.
@@ -276,6 +292,7 @@ class Recorder:
         ``event=None`` publishes the task itself: its bytes are the ones just persisted (or ``body``), and the event
         object is a frozen copy, since readers look at it later while the live task keeps changing.
         ``data=None`` leaves encoding to whoever needs the bytes (a live tap, the push hook, a replay).
+        ``wait=False``: an unpersisted task snapshot need not wait for its append (see ``_publish``).
         """
         record = active.record
         active.emitting = True
@@ -296,7 +313,7 @@ class Recorder:
                     # Listeners get their own immutable copy: the live task keeps changing.
                     event = Task.model_validate_json(body)
                 # else the replay ring keeps only the bytes; a later replay decodes them (rarely needed).
-                return await self._publish(active, event, data, terminal=terminal, base=base)
+                return await self._publish(active, event, data, terminal=terminal, base=base, wait=wait)
             return await self._publish(active, event, data, base=base)
         finally:
             active.emitting = False
@@ -314,6 +331,7 @@ class Recorder:
         *,
         terminal: bool | None = None,
         base: int | None = None,
+        wait: bool = True,
     ) -> int:
         if terminal is None:
             kind = type(event)
@@ -335,8 +353,8 @@ class Recorder:
             base_seq=base if base is not None else self._base_seq(active),
             execution=current.message.message_id if current is not None else "",
             # A chunk not written with the task (no checkpoint) need not be waited for: its append is batched with
-            # the next ones, and a failure is raised by the task's next publish.
-            wait=base is not None or not isinstance(event, TaskArtifactUpdateEvent),
+            # the next ones, and a failure is raised by the task's next publish. (Nor, when asked, a snapshot.)
+            wait=base is not None or (wait and not isinstance(event, TaskArtifactUpdateEvent)),
         )
         tel = self.telemetry
         if tel is None or isinstance(event, TaskArtifactUpdateEvent):

@@ -203,13 +203,15 @@ class Runner(Cancellation):
         fresh: bool = False,
         rerun: bool = False,
         streaming: bool = False,
+        outcome_only: bool = False,
     ) -> PendingRequest:
         """Run a message taken from the work queue (scale-out) on a task this process has claimed.
 
         ``record`` is the task as stored at the claim. ``fresh``: it is the SUBMITTED row the accepting replica
         wrote for a new task (the execution treats the task as new). ``rerun``: the message is already in the
         task's history (an idempotent executor re-running a lost worker's execution). ``streaming``: the caller is
-        here and follows the execution's events (the replica that accepted the message runs it).
+        here and follows the execution's events (the replica that accepted the message runs it). ``outcome_only``:
+        the caller is here and waits for the outcome alone (a blocking SendMessage run where accepted).
         """
         if not self._accepting:
             raise ServiceUnavailableError("server is shutting down; retry against another instance")
@@ -225,6 +227,7 @@ class Runner(Cancellation):
         message.context_id = active.context_id
         pending = PendingRequest(message, request.configuration, request.metadata, call, streaming=streaming)
         pending.rerun = rerun
+        pending.outcome_only = outcome_only
         if self.telemetry is not None:
             pending.trace = self.telemetry.capture()
         self._enqueue(active, pending)
@@ -358,7 +361,7 @@ class Runner(Cancellation):
         try:
             if body is not None:
                 # Every task stream starts with the Task (spec §5.5); for a continuation, the current snapshot.
-                await self._emit(active, None, None, persist=False, body=body)
+                await self._emit(active, None, None, persist=False, body=body, wait=self._first_wait(pending))
                 pending.resolve(pending.first, body)
             try:
                 if deadline is _NO_DEADLINE:

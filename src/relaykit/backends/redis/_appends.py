@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from relaykit.backends._base import ConflictError
+from relaykit.backends.redis._hot import Command
 from relaykit.backends.redis._retry import retrying
 
 __all__ = ["BACKLOG", "Appends"]
@@ -39,7 +40,7 @@ class Appends:
     """The appends of one process, written in order, one pipeline at a time."""
 
     def __init__(self, bus: Any) -> None:
-        self._bus = bus  # its client, maxlen, expiries and ``retrying`` policy
+        self._bus = bus  # its client, hot line, maxlen, expiries and ``retrying`` policy
         self._queue: list[_Entry] = []
         self._unwritten: dict[str, int] = {}
         self._last: dict[str, asyncio.Future[None]] = {}  # each task's newest unwritten append
@@ -132,14 +133,18 @@ class Appends:
     async def _pipeline(self, entries: list[_Entry], *, retried: bool) -> dict[int, BaseException]:
         """One round trip for the batch; the errors of the entries that did not land, by ``id(entry)``."""
         bus = self._bus
-        pipe = bus.client.pipeline(transaction=False)
+        commands: list[Command] = []
         expire: dict[str, bool] = {}
         for entry in entries:
-            pipe.xadd(entry.key, entry.fields, id=f"{entry.seq}-0", maxlen=bus.maxlen, approximate=True)
+            command: list[bytes | str | int] = ["XADD", entry.key, "MAXLEN", "~", bus.maxlen, f"{entry.seq}-0"]
+            for name, value in entry.fields.items():
+                command += (name, value)
+            commands.append(command)
             expire[entry.key] = entry.terminal  # the stream's last event in the batch sets its expiry
         for key, terminal in expire.items():
-            pipe.pexpire(key, int((bus.ttl if terminal else bus.live_ttl) * 1000))
-        results = await pipe.execute(raise_on_error=False)
+            commands.append(("PEXPIRE", key, int((bus.ttl if terminal else bus.live_ttl) * 1000)))
+        # On the hot path's own connection, with the other hot commands of this loop pass.
+        results = await bus.hot.run(commands)
         errors: dict[int, BaseException] = {}
         failed: set[str] = set()
         for entry, result in zip(entries, results, strict=False):

@@ -18,10 +18,10 @@ published. A tap that is handed an entry out of sequence (entries trimmed, or th
 is cut off and its reader refills it from the stream, or restarts from a Task snapshot (``Tap``'s rules, shared with
 the local bus).
 
-Appends are batched (``_appends``: one pipeline per loop pass). When Redis is unreachable, appends are retried with
-backoff for ``outage_timeout`` seconds (the agent waits: no event is dropped), then fail with
-``ServiceUnavailableError``; opening and replaying a stream give up after ``read_patience`` seconds (the client gets
-503 and comes back); the reader reconnects by itself.
+Appends are batched (``_appends``: one pipeline per loop pass, on the hot path's own connection, ``_hot``). When
+Redis is unreachable, appends are retried with backoff for ``outage_timeout`` seconds (the agent waits: no event is
+dropped), then fail with ``ServiceUnavailableError``; opening and replaying a stream give up after ``read_patience``
+seconds (the client gets 503 and comes back); the reader reconnects by itself.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from relaykit._errors import A2AError, error_from_jsonrpc
 from relaykit._types import stream_json
 from relaykit.backends._bus import Item, Tap
 from relaykit.backends.redis._appends import Appends
+from relaykit.backends.redis._hot import HotLine
 from relaykit.backends.redis._retry import (
     BACKOFF,
     connect_redis,
@@ -109,6 +110,7 @@ class RedisEventBus:
         self._changed = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
         self._appends = Appends(self)
+        self._hot: HotLine | None = None
         # Tasks this process runs (holding their claim): every event of theirs is published here and reaches the
         # local taps at once, so the reader does not read their streams back. ``_known``: those whose log top this
         # process knows (it wrote the task's first event, or read the top once since it took the task).
@@ -128,6 +130,13 @@ class RedisEventBus:
         if self._client is None:
             self._client = connect_redis(self.url)
         return self._client
+
+    @property
+    def hot(self) -> HotLine:
+        """The hot path's own connection (appends; shared with the work queue's idempotency keys)."""
+        if self._hot is None:
+            self._hot = HotLine(self.client)
+        return self._hot
 
     # --- lifecycle -----------------------------------------------------------------------------------------
 
@@ -170,6 +179,8 @@ class RedisEventBus:
 
     async def close(self) -> None:
         await self._appends.drain(2.0)
+        if self._hot is not None:
+            await self._hot.close()
         self._closing = True
         self._changed.set()
         if self._reader is not None:

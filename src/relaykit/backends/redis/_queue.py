@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from relaykit.backends.redis._hot import HotLine
 from relaykit.backends.redis._retry import connect_redis, is_outage, redis_unavailable, retrying
 
 __all__ = ["REMEMBER_PATIENCE", "RedisWorkQueue", "WorkItem"]
@@ -83,13 +84,23 @@ class RedisWorkQueue:
     'demo:work'
     """
 
-    def __init__(self, url: str, *, namespace: str = "relaykit", client: Any = None, maxlen: int = 100_000) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str = "relaykit",
+        client: Any = None,
+        hot: HotLine | None = None,
+        maxlen: int = 100_000,
+    ) -> None:
         self.url = url
         self.namespace = namespace
         self.stream = f"{namespace}:work"
         self.maxlen = maxlen
         self._client = client
         self._own_client = client is None
+        self._hot = hot  # the event bus's hot line when shared (``client`` is then the bus's too)
+        self._own_hot = hot is None
         self._group_ready = False
         self._listening = True
 
@@ -103,7 +114,16 @@ class RedisWorkQueue:
             self._client = connect_redis(self.url)
         return self._client
 
+    @property
+    def hot(self) -> HotLine:
+        if self._hot is None:
+            self._hot = HotLine(self.client)
+        return self._hot
+
     async def close(self) -> None:
+        if self._hot is not None and self._own_hot:
+            await self._hot.close()
+            self._hot = None
         if self._client is not None and self._own_client:
             with contextlib.suppress(Exception):
                 await self._client.aclose()
@@ -260,13 +280,16 @@ class RedisWorkQueue:
         """Set ``key`` to ``value`` unless it exists; returns the existing value (a repeat) or None (first)."""
 
         async def job() -> Any:
-            pipe = self.client.pipeline(transaction=True)
-            pipe.set(key, value, nx=True, px=int(window * 1000))
-            pipe.get(key)
-            return await pipe.execute()
+            # On the hot path's connection, in one pipeline with the other hot commands of this loop pass.
+            *_, result = await self.hot.run(
+                (("MULTI",), ("SET", key, value, "NX", "PX", int(window * 1000)), ("GET", key), ("EXEC",))
+            )
+            if isinstance(result, Exception):
+                raise result
+            return result
 
-        # Every new message passes here first, so a pooled connection that went stale in a Redis restart would fail
-        # the first message after it: retried through a short outage instead. A retry can find its own write (the
+        # Every new message passes here first, so a connection that went stale in a Redis restart would fail the
+        # first message after it: retried through a short outage instead. A retry can find its own write (the
         # reply of the first attempt was lost): ``value`` names a fresh task, so that is still a first.
         created, current = await retrying(self.url, REMEMBER_PATIENCE, job)
         found = current.decode() if current is not None else None
