@@ -278,6 +278,30 @@ async def test_a_continuation_sent_at_once_to_another_replica_runs_at_once(
         assert await d.claimant(asked["id"]) is None, turn
 
 
+async def test_return_immediately_follow_up_behind_a_running_execution_answers_at_once(
+    shared_deployment: Deployment, http: httpx.AsyncClient
+) -> None:
+    # A returnImmediately follow-up to a task that is executing another message is queued behind it; on any replica
+    # (the one running the task, or another) it is answered at once with the task as it is, not when its own
+    # execution starts (20 s later here).
+    d = shared_deployment
+    sent = await send(http, d.urls[0], message("400 0.05", return_immediately=True))
+    task_id = sent["task"]["id"]
+    claimant = await d.wait_claimant(task_id)
+    other = next(url for url in d.urls if url != claimant.url)
+    # Another replica reads the stored task, whose first state is written within 0.1 s of the run's start.
+    await wait_for_state(http, other, task_id, ["TASK_STATE_WORKING"], WAIT)
+    try:
+        for url in (claimant.url, other):
+            answered = await send(http, url, message("1", task_id=task_id, return_immediately=True))
+            assert answered["task"]["id"] == task_id
+            assert answered["task"]["status"]["state"] == "TASK_STATE_WORKING", answered["task"]["status"]
+            # Answered while the first execution still runs (the claimant's live view): it did not wait for its turn.
+            assert (await get_task(http, claimant.url, task_id))["status"]["state"] == "TASK_STATE_WORKING", url
+    finally:
+        await cancel(http, d.urls[0], task_id)
+
+
 async def test_get_and_list_from_any_replica(shared_deployment: Deployment, http: httpx.AsyncClient) -> None:
     d = shared_deployment
     context_id = f"ctx-{new_message_id()}"

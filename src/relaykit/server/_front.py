@@ -34,6 +34,7 @@ from relaykit._state import ACTIVE, INTERRUPTED, TERMINAL
 from relaykit._types import Message, Task, TaskStatus, TaskStatusUpdateEvent, stream_json
 from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends.redis import RedisWorkQueue, WorkItem
+from relaykit.server._active import visible
 from relaykit.server._context import CallContext
 from relaykit.server._readers import EventStream, StreamItem
 from relaykit.server._runner import accept_continuation
@@ -357,6 +358,11 @@ class Front:
             if tap is None:
                 return await self._stored(task_id, tenant, call.user)
         try:
+            if immediate and item is not None and not item.fresh and await self.store.claimant(task_id):
+                # A follow-up queued behind an execution running somewhere: its first event comes only when that one
+                # ends. returnImmediately answers now with the task as it is, as in one process (the engine's
+                # ``outcome``); the queued message runs next all the same.
+                return await self._current(task_id, tenant, call.user)
             outcome = self._outcome(tap, item, task_id, tenant, call.user, immediate, key)
             if self.engine.send_timeout is None:
                 return await outcome
@@ -366,6 +372,13 @@ class Front:
                 return await self._stored(task_id, tenant, call.user)
         finally:
             self.bus.close_tap(tap)
+
+    async def _current(self, task_id: str, tenant: str, owner: str) -> bytes:
+        """The task as GetTask shows it: live when it runs in this process, else as stored."""
+        active = visible(self.engine.registry, task_id, tenant, owner)
+        if active is not None and active.task is not None:
+            return active.task.to_json()
+        return await self._stored(task_id, tenant, owner)
 
     async def _stored(self, task_id: str, tenant: str, owner: str) -> bytes:
         record = await self.store.get(task_id, tenant=tenant, owner=owner)
