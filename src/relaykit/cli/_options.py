@@ -141,6 +141,8 @@ def setup_observability(args: argparse.Namespace) -> None:
             configure_otel()
         except ImportError as exc:
             raise CliError(f"--otel needs the OpenTelemetry SDK and OTLP exporter: {exc}") from exc
+        except ValueError as exc:
+            raise CliError(f"--otel: {exc}") from exc
 
 
 def add_http_limit_options(p: argparse.ArgumentParser) -> None:

@@ -126,7 +126,16 @@ def span_current(span: Any) -> Iterator[None]:
 
 
 def configure_otel() -> None:
-    """Set up the OpenTelemetry SDK from the standard ``OTEL_*`` variables (OTLP export): ``relaykit serve --otel``."""
+    """Set up the OpenTelemetry SDK from the standard ``OTEL_*`` variables: ``relaykit serve --otel``.
+
+    OTLP over HTTP/protobuf by default; ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` (``otlp``, ``console``,
+    ``none``) and ``OTEL_EXPORTER_OTLP_PROTOCOL`` (``http/protobuf``, ``grpc``) choose otherwise. Raises
+    ``ValueError`` for a value it cannot honour and ``ImportError`` (with the package to install) for a missing
+    exporter.
+
+        >>> import os; os.environ["OTEL_TRACES_EXPORTER"] = "console"  # doctest: +SKIP
+        >>> configure_otel()  # doctest: +SKIP
+    """
     from relaykit.telemetry import _otel
 
     _otel.configure_sdk()

@@ -7,7 +7,9 @@ process without the extra (or without an SDK configured) never imports it on the
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import Any
@@ -140,28 +142,78 @@ def ids() -> tuple[str, str] | None:
     return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
 
 
-def configure_sdk() -> None:
-    """``relaykit serve --otel``: the SDK from the standard ``OTEL_*`` variables, exporting OTLP over HTTP/protobuf
-    (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ...;
-    ``OTEL_METRICS_EXPORTER=none`` keeps metrics local)."""
-    import os
+_EXPORTERS = ("otlp", "console", "none")
+_PROTOCOLS = ("http/protobuf", "grpc")
 
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+def _chosen(signal: str) -> list[str]:
+    """``OTEL_<SIGNAL>_EXPORTER`` (comma-separated ``otlp``/``console``/``none``; default ``otlp``)."""
+    variable = f"OTEL_{signal.upper()}_EXPORTER"
+    names = [n.strip().lower() for n in os.environ.get(variable, "otlp").split(",") if n.strip()] or ["otlp"]
+    unknown = [n for n in names if n not in _EXPORTERS]
+    if unknown:
+        raise ValueError(f"{variable}={','.join(unknown)} is not supported (use {', '.join(_EXPORTERS)})")
+    return [] if "none" in names else names
+
+
+def _protocol(signal: str) -> str:
+    """``OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL``, else ``OTEL_EXPORTER_OTLP_PROTOCOL`` (default ``http/protobuf``)."""
+    variable = f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"
+    value = os.environ.get(variable) or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    value = value.strip().lower()
+    if value not in _PROTOCOLS:
+        # The Python exporters have no http/json; saying so beats exporting nothing.
+        raise ValueError(f"OTLP protocol {value!r} ({variable}) is not supported (use {' or '.join(_PROTOCOLS)})")
+    return value
+
+
+def _otlp(signal: str) -> Any:
+    """The OTLP exporter for ``signal`` (``traces`` / ``metrics``) over the protocol the variables choose."""
+    kind = "trace_exporter" if signal == "traces" else "metric_exporter"
+    name = "OTLPSpanExporter" if signal == "traces" else "OTLPMetricExporter"
+    if _protocol(signal) == "grpc":
+        try:
+            module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.grpc.{kind}")
+        except ImportError as exc:
+            raise ImportError(
+                "OTLP over gRPC needs opentelemetry-exporter-otlp-proto-grpc "
+                "(pip install opentelemetry-exporter-otlp-proto-grpc), or set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"
+            ) from exc
+    else:
+        module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.http.{kind}")
+    return getattr(module, name)()
+
+
+def configure_sdk() -> None:
+    """``relaykit serve --otel``: the SDK from the standard ``OTEL_*`` variables.
+
+    ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER``: ``otlp`` (default), ``console``, ``none``, or a list;
+    ``OTEL_EXPORTER_OTLP_PROTOCOL`` (or the per-signal ``..._TRACES_PROTOCOL`` / ``..._METRICS_PROTOCOL``):
+    ``http/protobuf`` (default) or ``grpc`` (needs ``opentelemetry-exporter-otlp-proto-grpc``); the exporters read
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` and the rest; ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` name the
+    resource. A value it cannot honour raises (``ValueError`` / ``ImportError``) rather than export nothing.
+    """
     from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
 
-    # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the exporters read OTEL_EXPORTER_OTLP_*.
+    # Everything is resolved before anything is installed: a bad variable leaves no half-configured SDK behind.
+    span_exporters = [_otlp("traces") if n == "otlp" else ConsoleSpanExporter() for n in _chosen("traces")]
+    metric_exporters = [_otlp("metrics") if n == "otlp" else ConsoleMetricExporter() for n in _chosen("metrics")]
+    # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "relaykit")})
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(provider)
-    if os.environ.get("OTEL_METRICS_EXPORTER", "otlp") != "none":
-        reader = PeriodicExportingMetricReader(OTLPMetricExporter())
-        otel_metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
+    if span_exporters:
+        provider = TracerProvider(resource=resource)
+        for exporter in span_exporters:
+            # The console exporter writes each span as it ends (as the SDK's own auto-configuration does).
+            console = type(exporter).__name__ == "ConsoleSpanExporter"
+            provider.add_span_processor(SimpleSpanProcessor(exporter) if console else BatchSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+    if metric_exporters:
+        readers = [PeriodicExportingMetricReader(exporter) for exporter in metric_exporters]
+        otel_metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
 
 
 def meter_configured() -> bool:
