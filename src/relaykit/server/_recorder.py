@@ -233,8 +233,17 @@ class Recorder:
         have landed before the agent goes on (taps get the event once it has), and it goes out with the execution's
         next appends instead of costing the agent a round trip. Otherwise it is waited for: a returnImmediately
         caller or a push hook may not learn of an event the log could still lose, and a stream's first event leaves
-        at once, not behind the chunks an agent publishes without waiting."""
-        return self.on_event is not None or not pending.outcome_only
+        at once, not behind the chunks an agent publishes without waiting. The push hook counts only when the
+        message brings a push config: this snapshot starts a new task, whose id a client learns from this snapshot (or,
+        in the milliseconds since the row was stored, from ListTasks), so no other config is registered yet, and with
+        none the hook delivers nothing. (A config registered within that window could at worst see this snapshot
+        delivered although its append later failed.)"""
+        if not pending.outcome_only:
+            return True
+        if self.on_event is None:
+            return False
+        config = pending.configuration
+        return config is not None and config.task_push_notification_config is not None
 
     def _write_deferred(self, active: ActiveTask, record: TaskRecord) -> None:
         """The deferred first write, unless the runner wrote since. It runs beside the runner, so it writes a copy
