@@ -142,7 +142,8 @@ def main() -> int:
                     [
                         *(sys.executable, "-m", "relaykit.cli", "serve", args.target, "--port", str(port)),
                         *("--store", args.store, "--bus", args.bus, "--namespace", namespace),
-                        *("--log-level", "warning", "--no-push"),
+                        # serve's defaults otherwise (push on), as the embedded peer runs.
+                        *("--log-level", "warning"),
                     ],
                 )
             )
