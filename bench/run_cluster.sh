@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The scale-out rows of bench/README.md: relaykit on its embedded default (SQLite, one process) against 1 and 2
 # replicas on PostgreSQL + Redis behind a round-robin proxy (bench/cluster.py; the single replica also on its own
-# port, no proxy), alternating, medians of ROUNDS rounds. Needs the services of CONTRACT "Test services" and ../shared/bench/peers/setup.sh. On a 2-core machine
-# the replicas, PostgreSQL, Redis, the proxy and the load generator share the CPUs: read ratios, not absolutes.
+# port, no proxy), alternating, medians of ROUNDS rounds. Needs the services of CONTRACT "Test services" and
+# ../shared/bench/peers/setup.sh. On a 2-core machine the replicas, PostgreSQL, Redis, the proxy and the load
+# generator share the CPUs: read ratios, not absolutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
