@@ -414,7 +414,8 @@ class Front:
         tenant = request.tenant or call.tenant
         tap, task_id, key, repeat, original, work, pending = await self._submit(request, call, streaming=True)
         if pending is not None:
-            async with contextlib.aclosing(self.engine.relay(pending, holder, tenant, call.user)) as items:
+            relayed = await self.engine.open_relay(pending, holder, tenant, call.user)
+            async with contextlib.aclosing(relayed) as items:
                 async for item in items:
                     if isinstance(item[1], Message):
                         await self._remember_reply(key, item[1])
