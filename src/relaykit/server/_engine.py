@@ -103,6 +103,7 @@ class TaskEngine(Runner, Readers):
         self.cluster: Any = None
         self.on_idle: Any = None
         self._remote_bus = not isinstance(self.bus, LocalEventBus)
+        self._local_bus = self.bus if type(self.bus) is LocalEventBus else None  # not a subclass: it may publish
         self._running = 0
         self.max_per_principal = 0  # RequestHandler sets it from its Quotas
         self._by_owner: dict[str, int] = {}
