@@ -234,6 +234,8 @@ class TaskEngine(Runner, Readers):
         immediate = config is not None and config.return_immediately
         if isinstance(pending, Seen):
             return await self._repeat(pending, immediate, request.tenant or call.tenant, call)
+        if not immediate and self.send_timeout is None:  # ``outcome``'s common case, without a coroutine of its own
+            return await pending.done
         return await self.outcome(pending, immediate)
 
     async def outcome(self, pending: PendingRequest, immediate: bool) -> bytes | Message:
