@@ -310,7 +310,7 @@ class TaskEngine(Runner, Readers):
         assert pending.started is not None
         try:
             tap = await pending.started
-            holder.tap = tap
+            holder.attach(tap)
         except asyncio.CancelledError:
             # The caller left before its execution began. The runner opens no tap for a caller that is gone
             # (``started`` is cancelled then); if it already opened one, release it here, or it leaks (with its log).

@@ -430,7 +430,7 @@ class Front:
                 task = Task.model_validate_json(await self._stored(task_id, tenant, call.user))
                 yield (0, task, stream_json(task))
                 return
-        holder.tap = tap
+        holder.attach(tap)
         try:
             async for item in self._execution(tap, work, tenant, call.user):
                 event = item[1]

@@ -235,12 +235,20 @@ class EventStream:
     that admits the stream and returns its events (a send's stream: its ``_follow`` generator, iterated here
     directly, with no generator per event in between)."""
 
-    __slots__ = ("items", "opener", "tap")
+    __slots__ = ("items", "opener", "pending", "tap")
 
     def __init__(self) -> None:
         self.items: AsyncGenerator[StreamItem, None] | None = None
         self.opener: Callable[[], Awaitable[AsyncGenerator[StreamItem, None]]] | None = None
         self.tap: Tap | None = None
+        # Events buffered and ready to read without waiting: the tap's own method once it is attached (a writer
+        # asks after every event; a method here calling the tap's would be a frame more each time).
+        self.pending: Callable[[], int] = _none_pending
+
+    def attach(self, tap: Tap) -> None:
+        """The tap the stream's events come from (known once the execution starts)."""
+        self.tap = tap
+        self.pending = tap.pending
 
     def __aiter__(self) -> EventStream:
         return self
@@ -258,16 +266,15 @@ class EventStream:
         items = self.items = await opener()
         return await items.__anext__()
 
-    def pending(self) -> int:
-        """Events buffered and ready to read without waiting."""
-        tap = self.tap
-        return tap.pending() if tap is not None else 0
-
     async def aclose(self) -> None:
         # Closed before its first event was asked for: nothing was admitted, there is nothing to release.
         self.opener = None
         if self.items is not None:
             await self.items.aclose()
+
+
+def _none_pending() -> int:
+    return 0
 
 
 class _Subscription:
