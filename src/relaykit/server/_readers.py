@@ -262,7 +262,8 @@ class EventStream:
 
     async def _open(self) -> StreamItem:
         opener, self.opener = self.opener, None
-        assert opener is not None, "an EventStream without items"
+        if opener is None:
+            raise StopAsyncIteration  # its opening failed, or it was closed: ended, as a finished generator is
         items = self.items = await opener()
         return await items.__anext__()
 
