@@ -817,6 +817,24 @@ async def test_closing_a_stream_does_not_cancel_the_task(engines: Factory) -> No
     assert engine.bus.log_count() == 0
 
 
+async def test_a_stream_never_read_admits_nothing(engines: Factory) -> None:
+    # The message is admitted at the first read, as when the stream was an async generator.
+    engine = await engines(Scripted(_gated(asyncio.Event())))
+    items = engine.stream(req())
+    await items.aclose()
+    assert not engine.registry
+    assert (await engine.store.list(TaskQuery())).total_size == 0
+
+
+async def test_a_stream_whose_admission_failed_is_over(engines: Factory) -> None:
+    engine = await engines(Scripted(_gated(asyncio.Event())))
+    items = engine.stream(req(task_id="no-such-task"))
+    with pytest.raises(TaskNotFoundError):
+        await anext(items)
+    with pytest.raises(StopAsyncIteration):
+        await anext(items)
+
+
 async def test_cancelling_the_stream_consumer_does_not_cancel_the_task(engines: Factory) -> None:
     gate, got_first = asyncio.Event(), asyncio.Event()
     engine = await engines(Scripted(_gated(gate)))

@@ -24,9 +24,10 @@ from relaykit._errors import (
     VersionNotSupportedError,
     invalid_params,
 )
-from relaykit._input import decode_json, parse_event_id
+from relaykit._input import OFF_LOOP_BYTES, decode_json, decode_small_json, parse_event_id
 from relaykit._methods import OPERATIONS_BY_NAME
 from relaykit._model import A2AModel, Encoded
+from relaykit._principal import ANONYMOUS_PRINCIPAL
 from relaykit._v03 import _rpc as v03
 from relaykit.http._asgi import (
     Receive,
@@ -92,11 +93,14 @@ class JSONRPCBinding:
                 raise InvalidRequestError(f"JSON-RPC requests are POSTed (got {scope['method']})")
             check_json_content_type(scope, required=True)
             body = await read_body(scope, receive, self.max_body)
-            envelope = await decode_json(body)
+            envelope = decode_small_json(body) if len(body) <= OFF_LOOP_BYTES else await decode_json(body)
             rid = _readable_id(envelope)  # set before the checks, so their errors carry it
             rid, method, params = self._envelope(envelope)
             auth = self.handler.auth
-            principal = await authenticate(scope, auth, "JSONRPC")
+            if not auth.authenticators and "user" not in scope:
+                principal = ANONYMOUS_PRINCIPAL  # no auth configured and no middleware: no coroutine for it
+            else:
+                principal = await authenticate(scope, auth, "JSONRPC")
             legacy = request_version(scope, legacy=self.v03) != "1.0"
             if legacy:
                 scope["relaykit.v03"] = True  # for the request's span

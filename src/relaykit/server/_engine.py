@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -102,6 +103,7 @@ class TaskEngine(Runner, Readers):
         self.cluster: Any = None
         self.on_idle: Any = None
         self._remote_bus = not isinstance(self.bus, LocalEventBus)
+        self._local_bus = self.bus if type(self.bus) is LocalEventBus else None  # not a subclass: it may publish
         self._running = 0
         self.max_per_principal = 0  # RequestHandler sets it from its Quotas
         self._by_owner: dict[str, int] = {}
@@ -232,6 +234,8 @@ class TaskEngine(Runner, Readers):
         immediate = config is not None and config.return_immediately
         if isinstance(pending, Seen):
             return await self._repeat(pending, immediate, request.tenant or call.tenant, call)
+        if not immediate and self.send_timeout is None:  # ``outcome``'s common case, without a coroutine of its own
+            return await pending.done
         return await self.outcome(pending, immediate)
 
     async def outcome(self, pending: PendingRequest, immediate: bool) -> bytes | Message:
@@ -281,10 +285,11 @@ class TaskEngine(Runner, Readers):
         if self.cluster is not None:
             holder.items = self.cluster.stream(request, call or CallContext(), holder)
         else:
-            holder.items = self._stream(request, call or CallContext(), holder)
+            # Admitted at the first read (as a generator would be): nothing runs for a stream never read.
+            holder.opener = functools.partial(self._open_stream, request, call or CallContext(), holder)
         return holder
 
-    async def _stream(
+    async def _open_stream(
         self, request: SendMessageRequest, call: CallContext, holder: EventStream
     ) -> AsyncGenerator[StreamItem, None]:
         pending = await self._admit(request, call, streaming=True)
@@ -294,38 +299,25 @@ class TaskEngine(Runner, Readers):
             immediate = config is not None and config.return_immediately
             outcome = await self._repeat(pending, immediate, request.tenant or call.tenant, call)
             event = outcome if isinstance(outcome, Message) else Task.model_validate_json(outcome)
-            yield (0, event, stream_json(event))
-            return
-        # aclosing: a caller that stops reading closes the relay (and its tap) at once, not when it is collected.
-        async with contextlib.aclosing(self.relay(pending, holder, request.tenant or call.tenant, call.user)) as items:
-            async for item in items:
-                yield item
+            return _one((0, event, stream_json(event)))
+        return await self.open_relay(pending, holder, request.tenant or call.tenant, call.user)
 
-    async def relay(
+    async def open_relay(
         self, pending: PendingRequest, holder: EventStream, tenant: str, owner: str
     ) -> AsyncGenerator[StreamItem, None]:
-        """The events of an admitted streaming message's execution, from the tap its runner opens."""
+        """The events of an admitted streaming message's execution, from the tap its runner opens (once it opened
+        it). The generator owns the tap, and raises the execution's error should it end without a task or a reply."""
         assert pending.started is not None
         try:
             tap = await pending.started
-            holder.tap = tap
+            holder.attach(tap)
         except asyncio.CancelledError:
             # The caller left before its execution began. The runner opens no tap for a caller that is gone
             # (``started`` is cancelled then); if it already opened one, release it here, or it leaks (with its log).
             if pending.tap is not None:
                 self.bus.close_tap(pending.tap)
             raise
-        try:
-            async for item in self._follow(tap, until_terminal=False, tenant=tenant, owner=owner):
-                yield item
-        finally:
-            self.bus.close_tap(tap)
-        done = pending.done
-        error = done.exception() if done.done() and not done.cancelled() else None
-        if error is not None:
-            # The execution ended without a task or a reply (the request itself failed): say so, rather than end
-            # the stream as if all went well.
-            raise error
+        return self._follow(tap, until_terminal=False, tenant=tenant, owner=owner, execution=pending)
 
     async def cancel(self, task_id: str, call: CallContext | None = None, *, tenant: str = "") -> Task:
         """CancelTask: CANCELED is persisted before this returns; a terminal task raises TaskNotCancelableError."""
@@ -342,3 +334,7 @@ class TaskEngine(Runner, Readers):
         await self._write_status(active, TaskState.FAILED, reason)
         self.bus.forget(active.task_id)
         return copy_task(record.task)
+
+
+async def _one(item: StreamItem) -> AsyncGenerator[StreamItem, None]:
+    yield item

@@ -414,7 +414,8 @@ class Front:
         tenant = request.tenant or call.tenant
         tap, task_id, key, repeat, original, work, pending = await self._submit(request, call, streaming=True)
         if pending is not None:
-            async with contextlib.aclosing(self.engine.relay(pending, holder, tenant, call.user)) as items:
+            relayed = await self.engine.open_relay(pending, holder, tenant, call.user)
+            async with contextlib.aclosing(relayed) as items:
                 async for item in items:
                     if isinstance(item[1], Message):
                         await self._remember_reply(key, item[1])
@@ -429,7 +430,7 @@ class Front:
                 task = Task.model_validate_json(await self._stored(task_id, tenant, call.user))
                 yield (0, task, stream_json(task))
                 return
-        holder.tap = tap
+        holder.attach(tap)
         try:
             async for item in self._execution(tap, work, tenant, call.user):
                 event = item[1]

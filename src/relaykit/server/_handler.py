@@ -313,7 +313,9 @@ class RequestHandler:
 
     async def dispatch(self, method: str, request: A2AModel, call: CallContext) -> Any:
         """Call the handler method an operation names (``Operation.handler``)."""
-        await self.quotas.charge(call.user)
+        quotas = self.quotas
+        if quotas.quotas.rate > 0:  # (no coroutine per request when there is no request rate to keep)
+            await quotas.charge(call.user)
         fn: Callable[[Any, CallContext], Awaitable[Any]] = getattr(self, method)
         if self.telemetry is not None:
             return await self.telemetry.dispatch(method, fn, request, call)

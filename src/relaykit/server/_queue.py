@@ -35,11 +35,12 @@ class EventQueue:
         self._sink = sink
         self._closed = False
 
-    async def enqueue_event(self, event: Event) -> None:
-        """Publish one event; returns once the engine has recorded it."""
+    def enqueue_event(self, event: Event) -> Awaitable[None]:
+        """Publish one event (await it); returns once the engine has recorded it."""
+        # The sink's own coroutine, not one around it: a frame less per event (a 1,000-chunk stream, 1,000 frames).
         if self._closed:
-            raise QueueClosedError("the execution that owned this queue has ended; events can no longer be published")
-        await self._sink(event)
+            return _refuse()
+        return self._sink(event)
 
     publish = enqueue_event
 
@@ -51,3 +52,8 @@ class EventQueue:
     def is_closed(self) -> bool:
         """True once the queue refuses events."""
         return self._closed
+
+
+async def _refuse() -> None:
+    # Raised when awaited, as from a coroutine of its own: a caller that schedules the call sees it there too.
+    raise QueueClosedError("the execution that owned this queue has ended; events can no longer be published")

@@ -8,7 +8,7 @@ behind is refilled from the ring or restarted from a snapshot, and never waits f
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from relaykit._errors import ResourceExhaustedError, TaskNotFoundError, UnsupportedOperationError
@@ -16,7 +16,7 @@ from relaykit._state import INTERRUPTED, TERMINAL
 from relaykit._types import Message, StreamResponse, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import END, EventBus, Tap, TapOverflowError
-from relaykit.server._active import ActiveTask, visible
+from relaykit.server._active import ActiveTask, PendingRequest, visible
 from relaykit.server._context import CallContext
 
 __all__ = ["EventStream", "Readers", "StreamItem"]
@@ -39,56 +39,73 @@ class Readers:
     max_subscribers: int
 
     async def _follow(
-        self, tap: Tap, *, until_terminal: bool, tenant: str, owner: str
+        self, tap: Tap, *, until_terminal: bool, tenant: str, owner: str, execution: PendingRequest | None = None
     ) -> AsyncGenerator[StreamItem, None]:
+        """The events of ``tap`` until the task ends (``until_terminal``), or else until its execution ends.
+
+        ``execution``: the admitted request whose execution a send's own stream follows. The generator then owns the
+        tap (closed however it ends) and, at the end, raises the execution's error when it ended without a task or a
+        reply, so the caller iterates this generator directly, with no relaying generator per event above it."""
         floor = 0  # events up to this seq are covered by a snapshot this reader was given
         given = -1  # the seq the last snapshot given by this reader stood for
-        while True:
-            try:
-                item = tap.take() if tap.pending() else await tap.get()
-            except TapOverflowError:
-                # The reader fell behind and its tap was cut off: refill it from the replay ring, or, when the ring no
-                # longer reaches back that far, restart it from a snapshot of the task (live, or as stored once the
-                # task is no longer executing; a reader must never wait forever for events it already missed).
-                if await self.bus.reopen(tap):
+        try:
+            while True:
+                try:
+                    item = tap.take() if tap.pending() else await tap.get()
+                except TapOverflowError:
+                    # The reader fell behind and its tap was cut off: refill it from the replay ring, or, when the
+                    # ring no longer reaches back that far, restart it from a snapshot of the task (live, or as stored
+                    # once the task is no longer executing; a reader must never wait forever for events it already
+                    # missed).
+                    if await self.bus.reopen(tap):
+                        continue
+                    resync = await self._resync(tap.task_id, tenant, owner)
+                    if resync is None:
+                        break
+                    stood_for, snap = resync
+                    seen = tap.last_seq
+                    floor = max(stood_for, seen)
+                    if stood_for > given:
+                        given = stood_for
+                        # Its id never goes back below an event this reader already delivered: a client that resumes
+                        # from it must not be sent those again.
+                        yield (floor, snap, StreamResponse(task=snap).to_json())
+                        state = snap.status.state
+                        if state in TERMINAL or (not until_terminal and state in INTERRUPTED):
+                            break
+                    # else the task as stored holds nothing newer than the snapshot already given (the log lost
+                    # events that were never checkpointed): a second copy would tell the reader nothing.
+                    # Go on from the snapshot with whatever the log still holds after it.
+                    tap.fill((), floor)
+                    await self.bus.reopen(tap, lenient=True)
                     continue
-                resync = await self._resync(tap.task_id, tenant, owner)
-                if resync is None:
-                    return
-                stood_for, snap = resync
-                seen = tap.last_seq
-                floor = max(stood_for, seen)
-                if stood_for > given:
-                    given = stood_for
-                    # Its id never goes back below an event this reader already delivered: a client that resumes
-                    # from it must not be sent those again.
-                    yield (floor, snap, StreamResponse(task=snap).to_json())
-                    state = snap.status.state
+                if item is END:
+                    break
+                if item[0] <= floor:
+                    continue
+                yield item
+                event = item[1]
+                if type(event) is TaskArtifactUpdateEvent:
+                    continue  # most events of a stream: none of them ends it
+                if isinstance(event, Message):
+                    if not until_terminal:
+                        break
+                elif isinstance(event, TaskStatusUpdateEvent):
+                    state = event.status.state
                     if state in TERMINAL or (not until_terminal and state in INTERRUPTED):
-                        return
-                # else the task as stored holds nothing newer than the snapshot already given (the log lost events
-                # that were never checkpointed): a second copy would tell the reader nothing.
-                # Go on from the snapshot with whatever the log still holds after it.
-                tap.fill((), floor)
-                await self.bus.reopen(tap, lenient=True)
-                continue
-            if item is END:
-                return
-            if item[0] <= floor:
-                continue
-            yield item
-            event = item[1]
-            if type(event) is TaskArtifactUpdateEvent:
-                continue  # most events of a stream: none of them ends it
-            if isinstance(event, Message):
-                if not until_terminal:
-                    return
-            elif isinstance(event, TaskStatusUpdateEvent):
-                state = event.status.state
-                if state in TERMINAL or (not until_terminal and state in INTERRUPTED):
-                    return
-            elif isinstance(event, Task) and event.status.state in TERMINAL:
-                return
+                        break
+                elif isinstance(event, Task) and event.status.state in TERMINAL:
+                    break
+            if execution is not None:
+                done = execution.done
+                error = done.exception() if done.done() and not done.cancelled() else None
+                if error is not None:
+                    # The execution ended without a task or a reply (the request itself failed): say so, rather
+                    # than end the stream as if all went well.
+                    raise error
+        finally:
+            if execution is not None:
+                self.bus.close_tap(tap)
 
     async def _settled(self, task_id: str, tenant: str, owner: str) -> tuple[TaskRecord | None, ActiveTask | None]:
         """The stored record and the live task, at a moment when no event is half-way between applied and published.
@@ -212,29 +229,53 @@ class Readers:
 
 class EventStream:
     """The events of one stream, plus ``pending()``: how many are already buffered, so a writer can send a burst
-    in one write and flush as soon as nothing more is ready."""
+    in one write and flush as soon as nothing more is ready.
 
-    __slots__ = ("items", "tap")
+    Either ``items`` is set from the start, or ``opener`` is: a coroutine function run at the first ``__anext__``
+    that admits the stream and returns its events (a send's stream: its ``_follow`` generator, iterated here
+    directly, with no generator per event in between)."""
+
+    __slots__ = ("items", "opener", "pending", "tap")
 
     def __init__(self) -> None:
         self.items: AsyncGenerator[StreamItem, None] | None = None
+        self.opener: Callable[[], Awaitable[AsyncGenerator[StreamItem, None]]] | None = None
         self.tap: Tap | None = None
+        # Events buffered and ready to read without waiting: the tap's own method once it is attached (a writer
+        # asks after every event; a method here calling the tap's would be a frame more each time).
+        self.pending: Callable[[], int] = _none_pending
+
+    def attach(self, tap: Tap) -> None:
+        """The tap the stream's events come from (known once the execution starts)."""
+        self.tap = tap
+        self.pending = tap.pending
 
     def __aiter__(self) -> EventStream:
         return self
 
     def __anext__(self) -> Awaitable[StreamItem]:
         # The generator's own awaitable, not a coroutine around it: one frame less per event.
-        assert self.items is not None
-        return self.items.__anext__()
+        items = self.items
+        if items is None:
+            return self._open()
+        return items.__anext__()
 
-    def pending(self) -> int:
-        """Events buffered and ready to read without waiting."""
-        return self.tap.pending() if self.tap is not None else 0
+    async def _open(self) -> StreamItem:
+        opener, self.opener = self.opener, None
+        if opener is None:
+            raise StopAsyncIteration  # its opening failed, or it was closed: ended, as a finished generator is
+        items = self.items = await opener()
+        return await items.__anext__()
 
     async def aclose(self) -> None:
+        # Closed before its first event was asked for: nothing was admitted, there is nothing to release.
+        self.opener = None
         if self.items is not None:
             await self.items.aclose()
+
+
+def _none_pending() -> int:
+    return 0
 
 
 class _Subscription:

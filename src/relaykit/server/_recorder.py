@@ -32,6 +32,7 @@ from relaykit._state import TERMINAL, apply
 from relaykit._types import Message, Part, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, stream_json
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import EventBus
+from relaykit.backends.memory import LocalEventBus
 from relaykit.server._active import ActiveTask, PendingRequest
 from relaykit.server._queue import Event
 from relaykit.server._readers import copy_task
@@ -84,6 +85,7 @@ class Recorder:
     checkpoint_seconds: float
     max_artifact_bytes: int  # artifact bytes a live task may publish (0: no limit); past it the task FAILS
     _sync_store: bool
+    _local_bus: LocalEventBus | None  # the bus, when it is the in-process one (appended to directly)
     registry: dict[str, ActiveTask]  # the tasks this process runs
     _deferred: set[asyncio.Task[None]]  # deferred first writes in flight (scale-out)
     # Observability (relaykit.telemetry.Telemetry) or None: spans around store writes and state publishes.
@@ -311,7 +313,10 @@ class Recorder:
                 # The stored event_seq names the event being published now (the one after the log's newest).
                 base = self.bus.last_seq(active.task_id, record.event_seq)
                 record.event_seq = base + 1
-                await self._persist(active)
+                if self.telemetry is None:
+                    await self._write(active, record)  # ``_persist`` without its coroutine
+                else:
+                    await self._persist(active)
             if event is None:
                 assert record is not None
                 if body is None:
@@ -342,9 +347,14 @@ class Recorder:
         base: int | None = None,
         wait: bool = True,
     ) -> int:
+        written = base is not None  # the event was written with the task (its publish is waited for)
+        kind = type(event)
+        # (Exact types first: an isinstance against a model class that fails costs more than the test it spares.)
+        chunk = kind is TaskArtifactUpdateEvent or (
+            kind is not TaskStatusUpdateEvent and isinstance(event, TaskArtifactUpdateEvent)
+        )
         if terminal is None:
-            kind = type(event)
-            if kind is TaskArtifactUpdateEvent:
+            if chunk:
                 terminal = False
             elif kind is TaskStatusUpdateEvent:
                 terminal = event.status.state in TERMINAL
@@ -353,24 +363,36 @@ class Recorder:
                     isinstance(event, TaskStatusUpdateEvent | Task) and event.status.state in TERMINAL
                 )
         bus = self.bus
-        current = active.current
-        publish = bus.publish(
-            active.task_id,
-            event,
-            data,
-            terminal=terminal,
-            base_seq=base if base is not None else self._base_seq(active),
-            execution=current.message.message_id if current is not None else "",
-            # A chunk not written with the task (no checkpoint) need not be waited for: its append is batched with
-            # the next ones, and a failure is raised by the task's next publish. (Nor, when asked, a snapshot.)
-            wait=base is not None or (wait and not isinstance(event, TaskArtifactUpdateEvent)),
-        )
+        if base is None:
+            base = self._base_seq(active)
         tel = self.telemetry
-        if tel is None or isinstance(event, TaskArtifactUpdateEvent):
-            seq = await publish  # artifact chunks get no span each (a 1,000-chunk stream is not 1,000 spans)
+        local = self._local_bus
+        if local is not None:
+            # The in-process bus appends at once: called directly, without a coroutine per event.
+            if tel is None or chunk:
+                seq = local.append(active.task_id, event, data, terminal=terminal, base_seq=base)
+            else:
+                with tel.span("a2a.bus.publish", active.task_id):
+                    seq = local.append(active.task_id, event, data, terminal=terminal, base_seq=base)
         else:
-            with tel.span("a2a.bus.publish", active.task_id):
-                seq = await publish
+            current = active.current
+            publish = bus.publish(
+                active.task_id,
+                event,
+                data,
+                terminal=terminal,
+                base_seq=base,
+                execution=current.message.message_id if current is not None else "",
+                # A chunk not written with the task (no checkpoint) need not be waited for: its append is batched
+                # with the next ones, and a failure is raised by the task's next publish. (Nor, when asked, a
+                # snapshot.)
+                wait=written or (wait and not chunk),
+            )
+            if tel is None or chunk:
+                seq = await publish  # artifact chunks get no span each (a 1,000-chunk stream is not 1,000 spans)
+            else:
+                with tel.span("a2a.bus.publish", active.task_id):
+                    seq = await publish
         if active.record is not None:
             active.record.event_seq = seq
         if self.on_event is not None:

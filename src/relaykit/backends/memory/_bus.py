@@ -89,7 +89,12 @@ class LocalEventBus:
         execution: str = "",
         wait: bool = True,
     ) -> int:
-        """Append one event to the task's log, fan it out, and return its sequence number.
+        """``append``, as the ``EventBus`` interface has it."""
+        return self.append(task_id, event, data, terminal=terminal, base_seq=base_seq)
+
+    def append(self, task_id: str, event: Any, data: bytes | None, *, terminal: bool = False, base_seq: int = 0) -> int:
+        """Append one event to the task's log, fan it out, and return its sequence number. Nothing here waits: the
+        engine calls this directly (no coroutine per event) when its bus is this one.
 
         ``data`` (the encoded StreamResponse) may be ``None``: it is then encoded here only if a tap is listening,
         and readers of the replay ring encode what they replay. Nobody listening costs no encoding at all.
