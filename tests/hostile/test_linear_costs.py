@@ -3,7 +3,7 @@
 The engine used to re-encode and rewrite the whole task at every chunk checkpoint (every 256 chunks), so 10k / 20k /
 40k / 80k chunks took 0.2 / 0.65 / 2.0 / 7.1 s (ratio ~3.3 per doubling). Here each size runs as one SendMessage
 through the HTTP app on the SQLite store (the agent streams N chunks into one artifact; the engine records,
-checkpoints and publishes each), three interleaved rounds, best CPU time per size (``process_time``: the machine may
+checkpoints and publishes each), five interleaved rounds, best CPU time per size (``process_time``: the machine may
 be shared); the ratio per doubling must stay within 2.3 (linear, within noise). The answer carries the whole
 artifact, so the final encode is part of the measured cost.
 """
@@ -22,6 +22,7 @@ from relaykit.testing._inprocess import build_app
 
 SIZES = (10_000, 20_000, 40_000, 80_000)
 MAX_RATIO = 2.3
+ROUNDS = 5  # best of five: under CPU contention (a shared CI machine) single runs of one size came out 1.3x slow
 
 
 @agent
@@ -49,7 +50,7 @@ async def test_stream_cost_is_linear_in_chunks(tmp_path: Path) -> None:
     app = build_app(chunks, store="sqlite:///" + str(tmp_path / "linear.db"))
     async with InProcessClient(app) as client:
         await run_seconds(client, SIZES[0])  # warm up
-        rounds = [[await run_seconds(client, n) for n in SIZES] for _ in range(3)]
+        rounds = [[await run_seconds(client, n) for n in SIZES] for _ in range(ROUNDS)]
     times = [min(column) for column in zip(*rounds, strict=True)]
     ratios = [b / a for a, b in itertools.pairwise(times)]
     shown = ", ".join(f"{n}: {t:.2f}s" for n, t in zip(SIZES, times, strict=True))
