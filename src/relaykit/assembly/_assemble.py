@@ -324,32 +324,26 @@ def assemble(
             cluster.share_push_configs(sender.configs)
     if sender is not None:
         sender.bind(engine)  # hooks engine.on_event once a push config may exist
-    served = build_card(
-        executor,
-        card,
-        public_url=base_url,
-        grpc_url=grpc_url,
-        streaming=streaming,
-        push=push,
-        extended=extended_card is not None,
-        auth=auth,
-        protocols=served_versions,
-    )
-    if isinstance(extended_card, AgentCard):
-        # The extended card describes the same server: its interfaces (REQUIRED; a client switches to this card, and
-        # the 0.3 rendering needs them for url / preferredTransport), capabilities and enforced security are the
-        # served ones, whatever the given card says; its name, skills and the rest are its own.
-        extended_card = build_card(
+
+    def serving_card(given: AgentCard | None, *, extended: bool) -> AgentCard:
+        return build_card(
             executor,
-            extended_card,
+            given,
             public_url=base_url,
             grpc_url=grpc_url,
             streaming=streaming,
             push=push,
-            extended=True,
+            extended=extended,
             auth=auth,
             protocols=served_versions,
         )
+
+    served = serving_card(card, extended=extended_card is not None)
+    if isinstance(extended_card, AgentCard):
+        # The extended card describes the same server: its interfaces (REQUIRED; a client switches to this card, and
+        # the 0.3 rendering needs them for url / preferredTransport), capabilities and enforced security are the
+        # served ones, whatever the given card says; its name, skills and the rest are its own.
+        extended_card = serving_card(extended_card, extended=True)
     card_signer = (
         CardSigner(card_signing_key, kid=card_key_id, jku=base_url.rstrip("/") + JWKS_PATH)
         if card_signing_key is not None
