@@ -4,14 +4,17 @@ The engine used to re-encode and rewrite the whole task at every chunk checkpoin
 40k / 80k chunks took 0.2 / 0.65 / 2.0 / 7.1 s (ratio ~3.3 per doubling). Here each size runs as one SendMessage
 through the HTTP app on the SQLite store (the agent streams N chunks into one artifact; the engine records,
 checkpoints and publishes each), five interleaved rounds, best CPU time per size (``process_time``: the machine may
-be shared); the ratio per doubling must stay within 2.3 (linear, within noise). The answer carries the whole
-artifact, so the final encode is part of the measured cost.
+be shared). The growth exponent fitted over the four sizes (least squares on log time against log size) must stay
+within 1.3: linear is 1.0, the old re-encoding measured 1.7. (A bound on each single doubling failed in CI under CPU
+contention, where the larger sizes' working sets run ~1.3x slower and one doubling came out 2.5x; the fitted
+exponent there was 1.13.) The answer carries the whole artifact, so the final encode is part of the measured cost.
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,7 @@ from relaykit.testing import InProcessClient
 from relaykit.testing._inprocess import build_app
 
 SIZES = (10_000, 20_000, 40_000, 80_000)
-MAX_RATIO = 2.3
+MAX_EXPONENT = 1.3
 ROUNDS = 5  # best of five: under CPU contention (a shared CI machine) single runs of one size came out 1.3x slow
 
 
@@ -54,8 +57,23 @@ async def test_stream_cost_is_linear_in_chunks(tmp_path: Path) -> None:
     times = [min(column) for column in zip(*rounds, strict=True)]
     ratios = [b / a for a, b in itertools.pairwise(times)]
     shown = ", ".join(f"{n}: {t:.2f}s" for n, t in zip(SIZES, times, strict=True))
-    print(shown)
-    assert max(ratios) <= MAX_RATIO, f"{shown}; ratios {[round(r, 2) for r in ratios]}"
+    exponent = _growth_exponent(SIZES, times)
+    print(f"{shown}; exponent {exponent:.2f}")
+    assert exponent <= MAX_EXPONENT, f"{shown}; ratios {[round(r, 2) for r in ratios]}; exponent {exponent:.2f}"
+
+
+def _growth_exponent(sizes: tuple[int, ...], times: list[float]) -> float:
+    """The least-squares slope of log(time) against log(size): 1 for a linear cost, 2 for a quadratic one."""
+    xs = [math.log(n) for n in sizes]
+    ys = [math.log(t) for t in times]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum((x - mean_x) ** 2 for x in xs)
+
+
+def test_growth_exponent_tells_linear_from_quadratic() -> None:
+    # The fit the test above relies on: the CI run that failed the per-doubling bound, and the old quadratic engine.
+    assert _growth_exponent(SIZES, [0.17, 0.43, 0.89, 1.83]) <= MAX_EXPONENT
+    assert _growth_exponent(SIZES, [0.2, 0.65, 2.0, 7.1]) > MAX_EXPONENT
 
 
 async def test_artifact_bytes_are_capped(tmp_path: Path) -> None:
