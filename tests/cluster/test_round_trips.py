@@ -71,6 +71,22 @@ class Counts:
             1 for sql in self.statements if sql.lstrip().split(None, 1)[0].upper() in {"INSERT", "UPDATE", "DELETE"}
         )
 
+    def sample(self) -> tuple[int, int, int, list[str], list[str]]:
+        """This message's counts: (Redis round trips, statements, commits, the statements, the Redis commands)."""
+        return len(self.redis), len(self.statements), self.commits, [*self.statements], [*self.redis]
+
+    def reset(self, *, on: bool) -> None:
+        self.statements.clear()
+        self.redis.clear()
+        self.on = on
+
+
+def _fewest(seen: list[tuple[int, int, int, list[str], list[str]]]) -> tuple[int, int, int, list[str], str]:
+    """The cheapest of the sampled messages (idle loops only ever add): round trips, statements, commits, the Redis
+    commands, and a listing of it for assertion messages."""
+    round_trips, statements, commits, sql, commands = min(seen)
+    return round_trips, statements, commits, commands, "\n".join(["statements:", *sql, "redis:", *commands])
+
 
 def _names(command: Any) -> str:
     """The command names in one send, e.g. ``XADD+PEXPIRE`` (RESP: ``*N`` then N bulk strings ``$len``, value)."""
@@ -165,25 +181,14 @@ async def test_one_blocking_message_costs_few_statements_and_round_trips(
             # fewest of a few messages is the message's own cost.
             seen: list[tuple[int, int, int, list[str], list[str]]] = []
             for number in range(6):
-                counts.statements.clear()
-                counts.redis.clear()
-                counts.on = number > 0
+                counts.reset(on=number > 0)
                 result = await send(http, url, message(f"hello {number}"))
                 counts.on = False
                 assert result["task"]["status"]["state"] == "TASK_STATE_COMPLETED", result
                 assert artifact_texts(result["task"]) == [f"hello {number}"]
                 if number:
-                    seen.append(
-                        (
-                            len(counts.redis),
-                            len(counts.statements),
-                            counts.commits,
-                            [*counts.statements],
-                            [*counts.redis],
-                        )
-                    )
-    round_trips, statements, commits, sql, commands = min(seen)
-    detail = "\n".join(["statements:", *sql, "redis:", *commands])
+                    seen.append(counts.sample())
+    round_trips, statements, commits, _commands, detail = _fewest(seen)
     assert statements <= PG_STATEMENTS, detail
     assert commits <= PG_COMMITS, detail
     assert round_trips <= REDIS_ROUND_TRIPS, detail
@@ -203,25 +208,14 @@ async def test_an_answer_to_an_interrupted_task_runs_where_accepted(
             for number in range(6):
                 asked = (await send(http, url, message("hi")))["task"]
                 assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
-                counts.statements.clear()
-                counts.redis.clear()
-                counts.on = number > 0
+                counts.reset(on=number > 0)
                 result = await send(http, url, message(f"Ada {number}", task_id=asked["id"]))
                 counts.on = False
                 assert result["task"]["status"]["state"] == "TASK_STATE_COMPLETED", result
                 assert artifact_texts(result["task"]) == [f"Hello Ada {number}"]
                 if number:
-                    seen.append(
-                        (
-                            len(counts.redis),
-                            len(counts.statements),
-                            counts.commits,
-                            [*counts.statements],
-                            [*counts.redis],
-                        )
-                    )
-    round_trips, statements, commits, sql, commands = min(seen)
-    detail = "\n".join(["statements:", *sql, "redis:", *commands])
+                    seen.append(counts.sample())
+    round_trips, statements, commits, commands, detail = _fewest(seen)
     assert not any("XREADGROUP" in command or "XACK" in command for command in commands), detail
     assert statements <= CONTINUATION_PG_STATEMENTS, detail
     assert commits <= CONTINUATION_PG_COMMITS, detail
