@@ -23,9 +23,20 @@ TOKEN = "tok-very-secret"
 CREDENTIALS = "cred-very-secret"
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """The store's kind; for PostgreSQL, its namespace is made here, before ``agent`` (listed after this fixture):
+    fixtures end in reverse order, so the server stops before its tables are dropped."""
+    if request.param == "postgres":
+        request.getfixturevalue("pg_namespace")
+    return str(request.param)
+
+
+@pytest.mark.parametrize(
+    "backend", ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 async def test_credentials_are_sealed_at_rest_and_clear_for_their_owner(
-    agent: Callable[..., Any], tmp_path: Path, request: pytest.FixtureRequest, backend: str
+    backend: str, agent: Callable[..., Any], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     received: list[Request] = []
     done = asyncio.Event()
