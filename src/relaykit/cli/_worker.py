@@ -20,7 +20,7 @@ from relaykit.cli._options import (
     setup_observability,
 )
 from relaykit.cli._security import SERVING_ONLY, add_push_secrets_option
-from relaykit.cli._serve import build_server
+from relaykit.cli._serve import build_server, freeze_startup_heap
 
 __all__ = ["add_worker_parser", "run_worker"]
 
@@ -90,6 +90,7 @@ def run_worker(args: argparse.Namespace) -> int:
                 await server.stop()
                 raise CliError(f"cannot serve /metrics on {args.metrics_host}:{args.metrics_port}: {exc}") from exc
         print(f"relaykit: worker {server.engine.cluster.id} running {args.target}", flush=True)
+        freeze_startup_heap()
         await stop.wait()
         if scrape is not None:
             scrape.close()

@@ -11,6 +11,7 @@ import dataclasses
 import math
 import time
 from datetime import datetime
+from typing import Final
 
 from relaykit._enums import TaskState
 from relaykit._types import Task, TaskPushNotificationConfig
@@ -37,46 +38,52 @@ _TERMINAL = (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskStat
 _INTERRUPTED = (TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED)
 
 
-class _Row:
-    __slots__ = (
-        "_key",
-        "body",
-        "context_id",
-        "event_seq",
-        "owner",
-        "request",
-        "stamp",
-        "state",
-        "task_id",
-        "tenant",
-        "version",
-        "worker",
+# A stored task is a plain tuple of atomic values (bytes, str, int, a datetime, None), never an object of a class of
+# ours: CPython stops tracking such a tuple in the cyclic garbage collector the first time a collection sees it, so
+# a store holding many tasks adds nothing to the full collections (a class instance, slotted or not, stays tracked:
+# with 100k tasks, each full collection walked them, ~0.2 s, several times a minute under load). Rows are replaced,
+# never changed in place. The state is kept as its plain string value (an enum member is itself tracked, and would
+# keep its tuple tracked); TaskState members compare equal to it.
+_Row = tuple[bytes, str, str, str, str, str, "datetime | None", int, int, "str | None", "bytes | None"]
+_BODY: Final = 0
+_TENANT: Final = 1
+_OWNER: Final = 2
+_CONTEXT: Final = 3
+_STATE: Final = 4
+_ID: Final = 5
+_STAMP: Final = 6
+_VERSION: Final = 7
+_SEQ: Final = 8
+_WORKER: Final = 9
+_REQUEST: Final = 10
+
+
+def _new_row(record: TaskRecord, version: int, worker: str | None, request: bytes | None) -> _Row:
+    task = record.task
+    status = task.status
+    return (
+        record.body if record.body is not None else task.to_json(),
+        record.tenant,
+        record.owner,
+        task.context_id,
+        status.state._value_,
+        task.id,
+        status.timestamp,
+        version,
+        record.event_seq,
+        worker,
+        request,
     )
 
-    def __init__(self, record: TaskRecord, version: int, worker: str | None = None) -> None:
-        task = record.task
-        self.body = record.body if record.body is not None else task.to_json()
-        self.tenant = record.tenant
-        self.owner = record.owner
-        self.context_id = task.context_id
-        self.state = task.status.state
-        self.task_id = task.id
-        # The sort key is computed on first use (list, purge): most rows are overwritten before anyone lists them.
-        self.stamp = task.status.timestamp
-        self._key: tuple[int, str] | None = None
-        self.version = version
-        self.event_seq = record.event_seq
-        # The claimant (TaskClaims): kept across saves, like the PostgreSQL column.
-        self.worker = worker
-        self.request = record.request
 
-    @property
-    def key(self) -> tuple[int, str]:
-        """``sort_key`` of the stored task."""
-        key = self._key
-        if key is None:
-            key = self._key = (timestamp_us(self.stamp), self.task_id)
-        return key
+def _changed(row: _Row, index: int, value: object) -> _Row:
+    """``row`` with one field replaced."""
+    return (*row[:index], value, *row[index + 1 :])  # type: ignore[return-value]
+
+
+def _key(row: _Row) -> tuple[int, str]:
+    """``sort_key`` of the stored task (computed when needed: most rows are overwritten before anyone lists them)."""
+    return (timestamp_us(row[_STAMP]), row[_ID])
 
 
 class MemoryTaskStore:
@@ -101,7 +108,7 @@ class MemoryTaskStore:
 
     def _row(self, task_id: str, tenant: str, owner: str) -> _Row | None:
         row = self._rows.get(task_id)
-        if row is None or row.tenant != tenant or row.owner != owner:
+        if row is None or row[_TENANT] != tenant or row[_OWNER] != owner:
             return None
         return row
 
@@ -109,20 +116,22 @@ class MemoryTaskStore:
         row = self._row(task_id, tenant, owner)
         if row is None:
             return None
-        return TaskRecord(Task.from_json(row.body), row.tenant, row.owner, row.version, row.event_seq)
+        return TaskRecord(Task.from_json(row[_BODY]), row[_TENANT], row[_OWNER], row[_VERSION], row[_SEQ])
 
     async def save(self, record: TaskRecord) -> None:
         current = self._rows.get(record.task.id)
         if record.version == 0:
             if current is not None:
                 raise ConflictError(f"task {record.task.id} already exists")
-        elif current is None or current.version != record.version:
+        elif current is None or current[_VERSION] != record.version:
             raise ConflictError(f"task {record.task.id} was changed by another writer")
-        elif current.tenant != record.tenant or current.owner != record.owner:
+        elif current[_TENANT] != record.tenant or current[_OWNER] != record.owner:
             raise ConflictError(f"task {record.task.id} belongs to another scope")
-        row = self._rows[record.task.id] = _Row(record, record.version + 1, current.worker if current else None)
-        if current is not None:
-            row.request = current.request  # written on insert and by claims only
+        if current is None:
+            self._rows[record.task.id] = _new_row(record, 1, None, record.request)
+        else:
+            # The claimant and the queued request are kept across saves (written on insert and by claims only).
+            self._rows[record.task.id] = _new_row(record, record.version + 1, current[_WORKER], current[_REQUEST])
         record.version += 1
 
     async def list(self, query: TaskQuery) -> ListPage:
@@ -130,15 +139,16 @@ class MemoryTaskStore:
         min_ts = timestamp_us(query.status_after) if query.status_after is not None else None
         matches: list[tuple[tuple[int, str], _Row]] = []
         for row in self._rows.values():
-            if row.tenant != query.tenant or row.owner != query.owner:
+            if row[_TENANT] != query.tenant or row[_OWNER] != query.owner:
                 continue
-            if query.context_id and row.context_id != query.context_id:
+            if query.context_id and row[_CONTEXT] != query.context_id:
                 continue
-            if query.state is not None and row.state is not query.state:
+            if query.state is not None and row[_STATE] != query.state:
                 continue
-            if min_ts is not None and row.key[0] < min_ts:
+            key = _key(row)
+            if min_ts is not None and key[0] < min_ts:
                 continue
-            matches.append((row.key, row))
+            matches.append((key, row))
         matches.sort(key=lambda item: item[0], reverse=True)
         start = 0
         if after is not None:
@@ -147,7 +157,7 @@ class MemoryTaskStore:
         page = matches[start : start + query.page_size]
         more = start + query.page_size < len(matches)
         return ListPage(
-            tasks=[listed_task(row.body, query.history_length, query.include_artifacts) for _, row in page],
+            tasks=[listed_task(row[_BODY], query.history_length, query.include_artifacts) for _, row in page],
             next_page_token=encode_token(page[-1][0]) if more and page else "",
             total_size=len(matches),
         )
@@ -161,25 +171,22 @@ class MemoryTaskStore:
     async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
         count = 0
         for task_id, row in list(self._rows.items()):
-            if row.state in _ACTIVE:
-                task = Task.from_json(row.body)
+            if row[_STATE] in _ACTIVE:
+                task = Task.from_json(row[_BODY])
                 task.status = failed_status(reason)
                 task.history.append(task.status.message)  # type: ignore[arg-type]
-                record = TaskRecord(task, row.tenant, row.owner, 0, row.event_seq + 1)
-                self._rows[task_id] = _Row(record, row.version + 1, row.worker)
+                tenant, owner, version, seq = row[_TENANT], row[_OWNER], row[_VERSION] + 1, row[_SEQ] + 1
+                record = TaskRecord(task, tenant, owner, 0, seq)
+                self._rows[task_id] = _new_row(record, version, row[_WORKER], row[_REQUEST])
                 if failed is not None:
-                    failed.append(
-                        TaskRecord(
-                            task.model_copy(deep=True), row.tenant, row.owner, row.version + 1, row.event_seq + 1
-                        )
-                    )
+                    failed.append(TaskRecord(task.model_copy(deep=True), tenant, owner, version, seq))
                 count += 1
         return count
 
     async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
         limit = timestamp_us(before)
         states = _INTERRUPTED if interrupted else _TERMINAL
-        doomed = [k for k, row in self._rows.items() if row.state in states and row.key[0] < limit]
+        doomed = [k for k, row in self._rows.items() if row[_STATE] in states and _key(row)[0] < limit]
         for task_id in doomed:
             del self._rows[task_id]
         return len(doomed)
@@ -204,22 +211,21 @@ class MemoryTaskStore:
         row = self._row(task_id, tenant, owner)
         if row is None:
             return None
-        previous = row.worker
+        previous = row[_WORKER]
         if previous is not None and previous != worker and self._alive(previous):
             return None
         # Fencing: the version moves, so a save by the previous holder (read before this claim) conflicts.
-        row.worker = worker
-        row.version += 1
-        if request is not None:
-            row.request = request
-        record = TaskRecord(Task.from_json(row.body), row.tenant, row.owner, row.version, row.event_seq)
-        record.request = row.request
+        version = row[_VERSION] + 1
+        kept = request if request is not None else row[_REQUEST]
+        row = self._rows[task_id] = (*row[:_VERSION], version, row[_SEQ], worker, kept)
+        record = TaskRecord(Task.from_json(row[_BODY]), row[_TENANT], row[_OWNER], version, row[_SEQ])
+        record.request = kept
         return Claim(record, previous)
 
     async def release(self, task_id: str, worker: str) -> None:
         row = self._rows.get(task_id)
-        if row is not None and row.worker == worker:
-            row.worker = None
+        if row is not None and row[_WORKER] == worker:
+            self._rows[task_id] = _changed(row, _WORKER, None)
 
     async def save_claimed(self, record: TaskRecord, worker: str | None) -> None:
         if record.version == 0:
@@ -227,31 +233,37 @@ class MemoryTaskStore:
                 f"task {record.task.id}: a claimed task is stored already (save_claimed updates, never inserts)"
             )
         await self.save(record)  # no await inside: the write and the claim change are one step
-        self._rows[record.task.id].worker = worker
+        self._claimed(record.task.id, worker)
 
     async def insert_claimed(self, record: TaskRecord, worker: str) -> None:
         if record.version != 0:
             raise ValueError(f"task {record.task.id}: insert_claimed stores a new task (version 0)")
         await self.save(record)  # no await inside: the insert and the claim are one step
-        self._rows[record.task.id].worker = worker
+        self._claimed(record.task.id, worker)
+
+    def _claimed(self, task_id: str, worker: str | None) -> None:
+        row = self._rows[task_id]
+        if row[_WORKER] != worker:
+            self._rows[task_id] = _changed(row, _WORKER, worker)
 
     async def claimant(self, task_id: str) -> str | None:
         row = self._rows.get(task_id)
-        return row.worker if row is not None else None
+        return row[_WORKER] if row is not None else None
 
     # builtins.list: in this class body ``list`` is the ListTasks method.
     async def orphans(self, *, unstarted_after: float, limit: int = 100) -> builtins.list[Orphan]:
         stale_before = round((time.time() - unstarted_after) * 1_000_000)
         found: list[tuple[tuple[int, str], Orphan]] = []
         for task_id, row in self._rows.items():
-            if row.state not in _ACTIVE:
+            if row[_STATE] not in _ACTIVE:
                 continue
-            if row.worker is not None:
-                if self._alive(row.worker):
+            worker, key = row[_WORKER], _key(row)
+            if worker is not None:
+                if self._alive(worker):
                     continue
-            elif row.key[0] >= stale_before:
+            elif key[0] >= stale_before:
                 continue
-            found.append((row.key, Orphan(task_id, row.tenant, row.owner, row.worker)))
+            found.append((key, Orphan(task_id, row[_TENANT], row[_OWNER], worker)))
         found.sort(key=lambda item: item[0])
         return [orphan for _, orphan in found[: max(limit, 0)]]
 
