@@ -11,7 +11,9 @@ OUT=${OUT:-/tmp/relaykit-bench-cluster}
 SHARED=${SHARED:-../shared/bench}
 rm -rf "$OUT"
 mkdir -p "$OUT"
-"$SHARED/compare.sh" -r "$ROUNDS" -o "$OUT" -P "${BASEPORT:-9601}" \
+COMPARE="$SHARED/compare.sh"
+[ -n "${QUIET:-}" ] && COMPARE=bench/compare_quiet.sh  # every run starts below this 1-minute load
+"$COMPARE" -r "$ROUNDS" -o "$OUT" -P "${BASEPORT:-9601}" \
   "embedded-sqlite|v1|relaykit serve bench/echo.py --port {port} --store sqlite:///$OUT/bench-{port}.db --log-level warning" \
   "pg-redis-x1|v1|python3 bench/cluster.py {port} --replicas 1 --no-proxy" \
   "pg-redis-x1-proxy|v1|python3 bench/cluster.py {port} --replicas 1" \

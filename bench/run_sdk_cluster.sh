@@ -8,7 +8,7 @@
 # The SDK replicas keep SDK_POOL (default 16) connections open (SQLAlchemy's default pool, 5 + 10 that it closes
 # again, opens a connection every other request at 16 clients); SDK_DEFAULT_POOL=1 adds a one-replica peer on that
 # default pool. Each round's 1-minute load is in OUT/run.log; per-round ratios in OUT/rounds.md. Extra args go to
-# a2a_bench.py.
+# a2a_bench.py. QUIET=1.0 starts every run below that 1-minute load (bench/compare_quiet.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -31,8 +31,12 @@ if [ "${SDK_DEFAULT_POOL:-0}" = 1 ]; then
 fi
 rm -rf "$OUT"
 mkdir -p "$OUT"
-"$SHARED/compare.sh" -r "$ROUNDS" -o "$OUT" -P "${BASEPORT:-9701}" "${PEERS[@]}" \
-  -- --phases send,stream1k "$@" | tee "$OUT/run.log"
+if [ -n "${QUIET:-}" ]; then  # every run starts below this 1-minute load (bench/compare_quiet.sh)
+  bench/compare_quiet.sh -r "$ROUNDS" -o "$OUT" -P "${BASEPORT:-9701}" "${PEERS[@]}" -- --phases send,stream1k "$@"
+else
+  "$SHARED/compare.sh" -r "$ROUNDS" -o "$OUT" -P "${BASEPORT:-9701}" "${PEERS[@]}" \
+    -- --phases send,stream1k "$@" | tee "$OUT/run.log"
+fi
 pairs=(a2a-sdk-cluster-x1:relaykit-x1)
 [ "${SDK_DEFAULT_POOL:-0}" = 1 ] && pairs+=(a2a-sdk-cluster-x1-defpool:relaykit-x1)
 [ "${X2:-0}" = 1 ] && pairs+=(a2a-sdk-cluster-x2:relaykit-x2 relaykit-x1:relaykit-x2 a2a-sdk-cluster-x1:a2a-sdk-cluster-x2)
