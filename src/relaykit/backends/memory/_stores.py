@@ -119,6 +119,10 @@ class MemoryTaskStore:
         return TaskRecord(Task.from_json(row[_BODY]), row[_TENANT], row[_OWNER], row[_VERSION], row[_SEQ])
 
     async def save(self, record: TaskRecord) -> None:
+        self._write(record)
+
+    def _write(self, record: TaskRecord, claimed: bool = False, worker: str | None = None) -> None:
+        """``save``; with ``claimed``, the row's claimant becomes ``worker`` in the same row (one tuple per write)."""
         current = self._rows.get(record.task.id)
         if record.version == 0:
             if current is not None:
@@ -128,10 +132,11 @@ class MemoryTaskStore:
         elif current[_TENANT] != record.tenant or current[_OWNER] != record.owner:
             raise ConflictError(f"task {record.task.id} belongs to another scope")
         if current is None:
-            self._rows[record.task.id] = _new_row(record, 1, None, record.request)
+            self._rows[record.task.id] = _new_row(record, 1, worker, record.request)
         else:
             # The claimant and the queued request are kept across saves (written on insert and by claims only).
-            self._rows[record.task.id] = _new_row(record, record.version + 1, current[_WORKER], current[_REQUEST])
+            kept = worker if claimed else current[_WORKER]
+            self._rows[record.task.id] = _new_row(record, record.version + 1, kept, current[_REQUEST])
         record.version += 1
 
     async def list(self, query: TaskQuery) -> ListPage:
@@ -232,19 +237,12 @@ class MemoryTaskStore:
             raise ValueError(
                 f"task {record.task.id}: a claimed task is stored already (save_claimed updates, never inserts)"
             )
-        await self.save(record)  # no await inside: the write and the claim change are one step
-        self._claimed(record.task.id, worker)
+        self._write(record, True, worker)  # the write and the claim change are one step
 
     async def insert_claimed(self, record: TaskRecord, worker: str) -> None:
         if record.version != 0:
             raise ValueError(f"task {record.task.id}: insert_claimed stores a new task (version 0)")
-        await self.save(record)  # no await inside: the insert and the claim are one step
-        self._claimed(record.task.id, worker)
-
-    def _claimed(self, task_id: str, worker: str | None) -> None:
-        row = self._rows[task_id]
-        if row[_WORKER] != worker:
-            self._rows[task_id] = _changed(row, _WORKER, worker)
+        self._write(record, True, worker)  # the insert and the claim are one step
 
     async def claimant(self, task_id: str) -> str | None:
         row = self._rows.get(task_id)
