@@ -24,7 +24,8 @@ from relaykit.backends._paging import (
     sort_key,
     timestamp_us,
 )
-from relaykit.backends.postgres._db import CONNECT_TIMEOUT, Database, has_nul, rowcount
+from relaykit.backends.postgres._batch import Row, WriteCombiner
+from relaykit.backends.postgres._db import CONNECT_TIMEOUT, Database, columns, has_nul, rowcount
 
 __all__ = ["PostgresTaskStore"]
 
@@ -52,6 +53,30 @@ def lean(body: str) -> str:
     every ListTasks."""
     typed = f"{body}::bytea"  # a parameter's type is not inferred from the column it is also written to
     return f"CASE WHEN octet_length({typed}) > {LEAN} THEN convert_to({_without(typed, ('artifacts',))}, 'UTF8') END"
+
+
+# The parameters of every task write ($1-$9, ``PostgresTaskStore._row``), then each kind's own, as (name, type).
+_ROW = (
+    ("id", "text"),
+    ("tenant", "text"),
+    ("owner", "text"),
+    ("context_id", "text"),
+    ("state", "text"),
+    ("status_ts", "bigint"),
+    ("version", "bigint"),
+    ("event_seq", "bigint"),
+    ("body", "bytea"),
+)
+_SET = "context_id = u.context_id, state = u.state, status_ts = u.status_ts, version = u.version, " + (
+    "event_seq = u.event_seq, body = u.body"
+)
+
+
+def _unnest(extra: tuple[tuple[str, str], ...]) -> str:
+    """SQL: the rows of a combined write as ``u``, one array parameter per column."""
+    cols = _ROW + extra
+    arrays = ", ".join(f"${i}::{kind}[]" for i, (_, kind) in enumerate(cols, 1))
+    return f"unnest({arrays}) AS u({', '.join(name for name, _ in cols)})"
 
 
 class PostgresTaskStore(AttachedStore[Database]):
@@ -109,6 +134,30 @@ class PostgresTaskStore(AttachedStore[Database]):
             f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9, "
             f"lean = {lean('$9')}, worker = $11 WHERE id = $1 AND tenant = $2 AND owner = $3 AND version = $10"
         )
+        # The same four writes for many rows at once (``_batch``): each returns the ids it wrote.
+        into = "id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request"
+        picked = ", ".join(f"u.{name}" for name in into.split(", "))
+        sql_inserts = (
+            f"INSERT INTO {t} ({into}, lean) SELECT {picked}, {lean('u.body')} "
+            f"FROM {_unnest((('request', 'bytea'),))} ON CONFLICT (id) DO NOTHING RETURNING id"
+        )
+        sql_inserts_claimed = (
+            f"INSERT INTO {t} ({into}, worker) SELECT {picked}, u.worker "
+            f"FROM {_unnest((('request', 'bytea'), ('worker', 'text')))} ON CONFLICT (id) DO NOTHING RETURNING id"
+        )
+        match = "o.id = u.id AND o.tenant = u.tenant AND o.owner = u.owner AND o.version = u.expected"
+        sql_updates = (
+            f"UPDATE {t} AS o SET {_SET}, lean = {lean('u.body')} FROM {_unnest((('expected', 'bigint'),))} "
+            f"WHERE {match} RETURNING o.id"
+        )
+        sql_updates_claimed = (
+            f"UPDATE {t} AS o SET {_SET}, lean = {lean('u.body')}, worker = u.worker "
+            f"FROM {_unnest((('expected', 'bigint'), ('worker', 'text')))} WHERE {match} RETURNING o.id"
+        )
+        self._inserts = self._combiner(self._sql_insert, sql_inserts)
+        self._inserts_claimed = self._combiner(self._sql_insert_claimed, sql_inserts_claimed)
+        self._updates = self._combiner(self._sql_update, sql_updates)
+        self._updates_claimed = self._combiner(self._sql_update_claimed, sql_updates_claimed)
         self._sql_delete = f"DELETE FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3"
         self._sql_active = (
             f"SELECT id, body, tenant, owner, version, event_seq FROM {t} WHERE state = ANY($1::text[]) FOR UPDATE"
@@ -211,20 +260,28 @@ class PostgresTaskStore(AttachedStore[Database]):
         args = self._row(record)
 
         if version == 0:
-
-            async def job(conn: Any) -> str:
-                return str(await conn.execute(self._sql_insert, *args, record.request))
-
-            if rowcount(await self._db.run(job)) != 1:
+            if not await self._inserts.write((*args, record.request)):
                 raise ConflictError(f"task {task_id} already exists")
-        else:
-
-            async def job(conn: Any) -> str:
-                return str(await conn.execute(self._sql_update, *args, version))
-
-            if rowcount(await self._db.run(job)) != 1:
-                raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
+        elif not await self._updates.write((*args, version)):
+            raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
         record.version = version + 1
+
+    def _combiner(self, one_sql: str, many_sql: str) -> WriteCombiner:
+        """The write ``one_sql`` (one row as $1…$n), combined under concurrency into ``many_sql`` (``_batch``)."""
+
+        async def one(row: Row) -> bool:
+            async def job(conn: Any) -> str:
+                return str(await conn.execute(one_sql, *row))
+
+            return rowcount(await self._db.run(job)) == 1
+
+        async def many(rows: list[Row]) -> set[str]:
+            async def job(conn: Any) -> list[Any]:
+                return list(await conn.fetch(many_sql, *columns(rows, len(rows[0]))))
+
+            return {str(found[0]) for found in await self._db.run(job)}
+
+        return WriteCombiner(one, many)
 
     async def list(self, query: TaskQuery) -> ListPage:
         # Decoded first, so a bad token fails fast with ValueError and costs the database nothing.
@@ -416,12 +473,7 @@ class PostgresTaskStore(AttachedStore[Database]):
             raise ValueError(f"task {task_id}: a claimed task is stored already (save_claimed updates, never inserts)")
         if worker is not None and has_nul(worker):
             raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
-        args = self._row(record)
-
-        async def job(conn: Any) -> str:
-            return str(await conn.execute(self._sql_update_claimed, *args, version, worker))
-
-        if rowcount(await self._db.run(job)) != 1:
+        if not await self._updates_claimed.write((*self._row(record), version, worker)):
             raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
         record.version = version + 1
 
@@ -431,12 +483,7 @@ class PostgresTaskStore(AttachedStore[Database]):
             raise ValueError(f"task {task_id}: insert_claimed stores a new task (version 0)")
         if has_nul(worker):
             raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
-        args = self._row(record)
-
-        async def job(conn: Any) -> str:
-            return str(await conn.execute(self._sql_insert_claimed, *args, record.request, worker))
-
-        if rowcount(await self._db.run(job)) != 1:
+        if not await self._inserts_claimed.write((*self._row(record), record.request, worker)):
             raise ConflictError(f"task {task_id} already exists")
         record.version = 1
 
