@@ -62,29 +62,32 @@ async def rpc(c: httpx.AsyncClient, method: str, params: dict[str, Any]) -> dict
 
 
 async def timed_list(c: httpx.AsyncClient, params: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
-    """Best time of three ListTasks (the machine may be shared) and the longest event-loop stall meanwhile."""
+    """Best time of three ListTasks and the least of their longest event-loop stalls (the machine may be shared: a
+    stall that a real blocking call causes shows in every one of the three, a hiccup of the machine in one)."""
     best = float("inf")
+    least_stall = float("inf")
     result: dict[str, Any] = {}
-    lags: list[float] = []
-    stop = asyncio.Event()
+    for _ in range(3):
+        lags: list[float] = []
+        stop = asyncio.Event()
 
-    async def probe() -> None:
-        while not stop.is_set():
-            t = time.perf_counter()
-            await asyncio.sleep(0.002)
-            lags.append(time.perf_counter() - t - 0.002)
+        async def probe(lags: list[float] = lags, stop: asyncio.Event = stop) -> None:
+            while not stop.is_set():
+                t = time.perf_counter()
+                await asyncio.sleep(0.002)
+                lags.append(time.perf_counter() - t - 0.002)
 
-    prober = asyncio.create_task(probe())
-    await asyncio.sleep(0)
-    try:
-        for _ in range(3):
+        prober = asyncio.create_task(probe())
+        await asyncio.sleep(0)
+        try:
             t = time.perf_counter()
             result = await rpc(c, "ListTasks", params)
             best = min(best, time.perf_counter() - t)
-    finally:
-        stop.set()
-        await prober
-    return best, max(lags, default=0.0), result
+        finally:
+            stop.set()
+            await prober
+        least_stall = min(least_stall, max(lags, default=0.0))
+    return best, least_stall, result
 
 
 async def test_list_tasks_after_a_huge_task_is_fast(client: httpx.AsyncClient) -> None:

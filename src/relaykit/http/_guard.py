@@ -32,6 +32,8 @@ import resource
 from dataclasses import dataclass
 from typing import Any
 
+from relaykit.http._onesend import HeadWithBody
+
 __all__ = ["HttpLimits", "default_max_connections", "guarded_protocol"]
 
 _FD_HEADROOM = 64  # descriptors kept free for the store, the bus, logs and outgoing webhooks
@@ -217,7 +219,12 @@ def _guarded_base() -> type[Any]:
             self._head_open = False
             self._head_bytes = 0
             self._arm(self.limits.body_timeout)
+            before = self.cycle
             super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle is not before:  # a new request (not an upgrade): its answer in one send
+                # The cycle uses only write, close and is_closing of its transport, which HeadWithBody provides.
+                cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
 
         def on_body(self, body: bytes) -> None:
             self._arm(self.limits.body_timeout)
