@@ -26,7 +26,9 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   which is safe); asyncpg's pool replaces dead connections on the next acquire, so the store recovers by
   itself when the server is back.
 * **Optimistic concurrency in one statement.** Insert is ``INSERT … ON CONFLICT (id) DO NOTHING``, update is
-  ``UPDATE … WHERE id = $ AND version = $ AND tenant = $ AND owner = $``; zero rows ⇒ ``ConflictError``.
+  ``UPDATE … WHERE id = $ AND version = $ AND tenant = $ AND owner = $``; zero rows ⇒ ``ConflictError``. Task
+  writes that wait behind others of their kind go as one ``unnest`` statement, each caller told its own row's
+  outcome (``_batch``).
 * **Same order and cursor as every store.** ``status_ts`` is ``_paging.sort_key`` in µs; ids (and every key
   column) use ``COLLATE "C"``, i.e. byte order, which for UTF-8 is Python's ``str`` order, so the keyset
   ``(status_ts, id) < cursor`` means exactly what it means in SQLite and memory, and page tokens are
@@ -48,9 +50,9 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
 
 Modules: this one states the invariants and exports the public names; ``_db`` the pool, the guard, outage mapping
 and administration (``upgrade``, ``drop_namespace``); ``_schema`` the schema version and migrations; ``_tasks``
-``PostgresTaskStore``; ``_push`` ``PostgresPushConfigStore``; ``_outbox`` ``PostgresPushOutbox`` (the durable push
-outbox, schema version 3); ``_leases`` its cross-replica stream leases. asyncpg is imported with this package:
-``relaykit.backends`` imports it only when a PostgreSQL store is used.
+``PostgresTaskStore``; ``_batch`` its write combining; ``_push`` ``PostgresPushConfigStore``; ``_outbox``
+``PostgresPushOutbox`` (the durable push outbox, schema version 3); ``_leases`` its cross-replica stream leases.
+asyncpg is imported with this package: ``relaykit.backends`` imports it only when a PostgreSQL store is used.
 """
 
 from relaykit.backends.postgres._db import StoreInUseError, drop_namespace, redact, upgrade

@@ -17,8 +17,10 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   survives a crash of the process (an OS crash or power loss may lose the last transactions, never corrupt
   the file); ``synchronous="full"`` (URL ``?synchronous=full``) fsyncs every commit, so it survives those too.
   ``busy_timeout=5000`` makes outside readers (``sqlite3`` CLI, backups) wait instead of failing.
-* **Atomic writes.** A ``save`` is one statement (one implicit transaction); ``fail_orphans`` is one
-  explicit transaction; after a crash a write is either all there or not at all.
+* **Atomic writes.** A ``save`` is one statement; ``fail_orphans`` is one explicit transaction; after a crash a
+  write is either all there or not at all. Saves made while earlier ones are on the thread go together in one
+  transaction (``Database.write``: one commit for many under load, each caller answered after it, a failing
+  statement undone alone); a lone save is its own implicit transaction.
 * **Same order and cursor as every store.** ``status_ts`` is ``_paging.sort_key`` of the task given to
   ``save``; ``list`` filters, counts and pages by the keyset ``(status_ts, id) < cursor`` in SQL; page tokens
   are ``_paging``'s, so a token means the same to every backend. Ids compare as UTF-8 bytes (SQLite's

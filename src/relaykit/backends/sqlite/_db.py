@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from relaykit.backends._base import StoreLockedError
 from relaykit.backends.sqlite._schema import MIGRATIONS, SCHEMA_VERSION
@@ -51,6 +52,26 @@ def transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
+class _RolledBack(Exception):
+    pass
+
+
+def _outcome(job: Callable[[sqlite3.Connection], Any], conn: sqlite3.Connection) -> tuple[bool, Any]:
+    try:
+        return True, job(conn)
+    except Exception as exc:
+        return False, exc
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.done():  # its caller went away; the write itself ran (or runs) regardless
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
 class Database:
     """One SQLite file: its owner lock, its one connection and the one thread that uses the connection."""
 
@@ -71,6 +92,10 @@ class Database:
         self._users = 0
         self._guard = asyncio.Lock()
         self._executor: ThreadPoolExecutor | None = None
+        # Single-statement writes waiting to be sent to the thread together (``write``), and batches sent but not
+        # done; touched only on the event loop.
+        self._writes: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._batches = 0
         # Touched only on the worker thread.
         self._conn: sqlite3.Connection | None = None
         self._lock_fd: int | None = None
@@ -88,6 +113,7 @@ class Database:
         async with self._guard:
             self._users -= 1
             if self._users == 0 and self._executor is not None:
+                self._send_writes()  # writes made before close() run before it, as every other call does
                 executor, self._executor = self._executor, None
                 try:
                     # Queued behind every call already made, so none of them is cut off.
@@ -100,7 +126,71 @@ class Database:
         executor = self._executor
         if executor is None:
             raise RuntimeError(f"the SQLite store {self.path} is not started (or already closed)")
+        self._send_writes()  # writes made before this call run before it
         return await asyncio.get_running_loop().run_in_executor(executor, self._call, job)
+
+    async def write(self, job: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``job(connection)``, one write statement, on the worker thread, in call order like ``run``.
+
+        Writes made while an earlier batch of writes is on the thread wait and then go together, in one
+        transaction: one hand-over to the thread, one wake-up of the event loop and one commit (one WAL append,
+        and one fsync with ``synchronous=full``) for all of them, instead of one each. Each caller still gets its
+        own outcome: a statement that fails (a constraint, a ``ConflictError``) is undone alone and the others
+        commit. A lone write runs as it would through ``run``, in its own implicit transaction.
+        """
+        if self._executor is None:
+            raise RuntimeError(f"the SQLite store {self.path} is not started (or already closed)")
+        future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        self._writes.append((job, future))
+        if self._batches == 0:
+            self._send_writes()
+        return await future
+
+    def _send_writes(self) -> None:
+        if not self._writes:
+            return
+        batch, self._writes = self._writes, []
+        executor = self._executor
+        if executor is None:
+            for _, future in batch:
+                _settle(future, False, RuntimeError(f"the SQLite store {self.path} is closed"))
+            return
+        self._batches += 1
+        done = asyncio.get_running_loop().run_in_executor(executor, self._write_sync, [job for job, _ in batch])
+        done.add_done_callback(functools.partial(self._writes_done, batch))
+
+    def _writes_done(
+        self, batch: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]], done: asyncio.Future[Any]
+    ) -> None:
+        self._batches -= 1
+        if done.cancelled() or done.exception() is not None:
+            failure = done.exception() if not done.cancelled() else RuntimeError("the SQLite write was cancelled")
+            for _, future in batch:
+                _settle(future, False, failure)
+        else:
+            for (_, future), (ok, value) in zip(batch, done.result(), strict=True):
+                _settle(future, ok, value)
+        if self._batches == 0:
+            self._send_writes()
+
+    def _write_sync(self, jobs: list[Callable[[sqlite3.Connection], Any]]) -> list[tuple[bool, Any]]:
+        conn = self._conn
+        if conn is None:
+            raise RuntimeError(f"the SQLite store {self.path} is closed")
+        if len(jobs) == 1:
+            return [_outcome(jobs[0], conn)]
+        try:
+            with transaction(conn):
+                outcomes = []
+                for job in jobs:
+                    outcomes.append(_outcome(job, conn))
+                    if not conn.in_transaction:
+                        # SQLite rolled the whole transaction back (disk full, I/O error): nothing of it is stored.
+                        raise _RolledBack
+        except Exception:
+            # Not committed: each write again on its own, so each caller hears its own outcome.
+            return [_outcome(job, conn) for job in jobs]
+        return outcomes
 
     def _call(self, job: Callable[[sqlite3.Connection], _T]) -> _T:
         # Checked on the worker thread, in call order: a call queued before close() still sees the connection.

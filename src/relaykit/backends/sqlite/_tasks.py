@@ -110,7 +110,7 @@ class SQLiteTaskStore(AttachedStore[Database]):
             if conn.execute(self._sql_update, (*fields, task_id, version, *scope)).rowcount != 1:
                 raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
 
-        await self._db.run(job)
+        await self._db.write(job)
         record.version = version + 1
 
     async def list(self, query: TaskQuery) -> ListPage:
