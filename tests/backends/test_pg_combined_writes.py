@@ -8,6 +8,7 @@ the second half runs the store against the real server with concurrent writers.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,10 +23,11 @@ if os.environ.get("CI", "").strip().lower() not in ("1", "true", "yes"):
 import asyncpg
 
 from relaykit._enums import TaskState
-from relaykit._types import Task, TaskStatus
+from relaykit._types import Artifact, Task, TaskStatus
 from relaykit.backends import ConflictError, TaskRecord
 from relaykit.backends.postgres import PostgresTaskStore
 from relaykit.backends.postgres._batch import LANES, MAX_ROWS, Row, WriteCombiner
+from relaykit.backends.postgres._tasks import LEAN
 from relaykit.errors import ServiceUnavailableError
 
 WAIT = 10.0  # seconds: bound on every wait for a scripted statement
@@ -268,3 +270,22 @@ async def test_combined_claimed_writes_set_the_claimant(postgres_url: str, pg_na
             stored = await store.get(record.task.id, owner="anonymous")
             assert stored is not None
             assert (stored.version, stored.task.status.state) == (2, TaskState.COMPLETED)
+
+
+@pg
+async def test_a_large_task_among_combined_writes_gets_its_lean_copy(postgres_url: str, pg_namespace: str) -> None:
+    # ListTasks reads a large task's ``lean`` column (its body without artifacts): a combined write keeps it.
+    async with _store(postgres_url, pg_namespace) as store:
+        records = [TaskRecord(_task(f"task-{i}")) for i in range(6)]
+        await asyncio.gather(*(store.save(record) for record in records))
+        records[4].task.artifacts = [Artifact.text("x" * (LEAN + 1), artifact_id="big")]
+        await asyncio.gather(*(store.save(record) for record in records))
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            rows = await conn.fetch(f"SELECT id, lean FROM {pg_namespace}_tasks ORDER BY id")
+        finally:
+            await conn.close()
+        assert [row["id"] for row in rows if row["lean"] is not None] == ["task-4"]
+        lean = json.loads(next(row["lean"] for row in rows if row["id"] == "task-4"))
+        assert lean["id"] == "task-4"
+        assert "artifacts" not in lean
