@@ -9,7 +9,6 @@ without stalling the event loop (a loop-lag probe measures it). gRPC's ``last-ev
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -18,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support.stalls import loop_stalls
 
 from relaykit import agent
 from relaykit._errors import InvalidParamsError
@@ -179,19 +179,8 @@ async def test_800k_part_message_is_refused_without_blocking_the_loop() -> None:
         transport = StreamingASGITransport(app)
         async with httpx.AsyncClient(transport=transport, base_url=BASE, headers=V1, timeout=30.0) as c:
             for _ in range(2):
-                lags: list[float] = []
-                stop = asyncio.Event()
-
-                async def probe(lags: list[float] = lags, stop: asyncio.Event = stop) -> None:
-                    while not stop.is_set():
-                        t = time.perf_counter()
-                        await asyncio.sleep(0.005)
-                        lags.append(time.perf_counter() - t - 0.005)
-
-                task = asyncio.create_task(probe())
-                r = await c.post("/", content=raw, headers={"Content-Type": "application/json"})
-                stop.set()
-                await task
+                async with loop_stalls(0.005) as lags:
+                    r = await c.post("/", content=raw, headers={"Content-Type": "application/json"})
                 assert r.status_code == 413
                 assert "JSON objects" in r.json()["error"]["message"]
                 assert lags, "the probe never ran"

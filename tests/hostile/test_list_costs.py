@@ -11,7 +11,6 @@ listing never reads the 2 MB artifact), and a loop-lag probe shows the event loo
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support.stalls import loop_stalls
 
 from relaykit import agent
 from relaykit.http._app import create_app
@@ -68,24 +68,10 @@ async def timed_list(c: httpx.AsyncClient, params: dict[str, Any]) -> tuple[floa
     least_stall = float("inf")
     result: dict[str, Any] = {}
     for _ in range(3):
-        lags: list[float] = []
-        stop = asyncio.Event()
-
-        async def probe(lags: list[float] = lags, stop: asyncio.Event = stop) -> None:
-            while not stop.is_set():
-                t = time.perf_counter()
-                await asyncio.sleep(0.002)
-                lags.append(time.perf_counter() - t - 0.002)
-
-        prober = asyncio.create_task(probe())
-        await asyncio.sleep(0)
-        try:
+        async with loop_stalls() as lags:
             t = time.perf_counter()
             result = await rpc(c, "ListTasks", params)
             best = min(best, time.perf_counter() - t)
-        finally:
-            stop.set()
-            await prober
         least_stall = min(least_stall, max(lags, default=0.0))
     return best, least_stall, result
 

@@ -3,4 +3,5 @@
 
 * ``support.servers``: subprocess servers (``relaykit serve`` and any other command), free ports, replicas, and a
   round-robin TCP proxy for multi-replica tests.
+* ``support.stalls``: ``loop_stalls()``, the event loop's stalls while a block runs.
 """
