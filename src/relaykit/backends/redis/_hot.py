@@ -12,7 +12,9 @@ Invariants:
   the next pipeline reconnects.
 
 It speaks RESP through redis-py's connection (its parser, hiredis when installed) without redis-py's pipeline
-object, whose per-call bookkeeping cost more than the round trip itself on a loaded replica.
+object, whose per-call bookkeeping cost more than the round trip itself on a loaded replica; commands are encoded by
+hiredis and replies read from the parser directly, for the same reason (measured on a 2-core VM, the three batches of a
+scale-out message at 16 concurrent: ~170 µs of CPU through redis-py's encoder and reads, ~55 µs this way).
 """
 
 from __future__ import annotations
@@ -25,6 +27,26 @@ from typing import Any
 __all__ = ["Command", "HotLine"]
 
 Command = Sequence[bytes | str | int]
+
+
+def _hiredis_packer() -> Any:
+    """hiredis's command encoder (the ``redis`` extra installs hiredis): ~1.5 µs a command, against ~9 µs for
+    redis-py's Python encoder, for the same bytes. None without hiredis."""
+    try:
+        from hiredis import pack_command
+    except ImportError:  # pragma: no cover - the extra installs hiredis
+        return None
+    return pack_command
+
+
+_pack_one: Any = _hiredis_packer()
+
+
+def _pack(connection: Any, commands: list[Command]) -> Any:
+    """The RESP bytes of ``commands``: hiredis's encoder when installed (the same bytes), else redis-py's."""
+    if _pack_one is None:
+        return connection.pack_commands(commands)
+    return b"".join([_pack_one(tuple(command)) for command in commands])
 
 
 class HotLine:
@@ -71,16 +93,24 @@ class HotLine:
         replies: list[Any] = []
         try:
             # A broken connection is reconnected by the send (redis-py connects a disconnected connection).
-            await connection.send_packed_command(connection.pack_commands(flat), check_health=False)
+            await connection.send_packed_command(_pack(connection, flat), check_health=False)
+            # The replies straight from the connection's parser (hiredis's when installed): the connection's own
+            # read_response adds per reply what this connection never uses (a read timeout, RESP3 pushes, health
+            # checks), as much again as the parse. The parser returns a command's error reply as a ResponseError;
+            # the connection's read_response (the fallback should a redis-py release rename its parser) raises it.
+            parser = getattr(connection, "_parser", None)
+            read = getattr(parser, "read_response", None) or connection.read_response
             for _ in flat:
                 try:
-                    replies.append(await connection.read_response())
+                    replies.append(await read())
                 except ResponseError as exc:  # a command's own error: the connection is still in step
                     replies.append(exc)
         except BaseException as exc:
             # The connection is out of step (redis-py disconnected it): the next pipeline starts on a new one.
             with contextlib.suppress(Exception):
                 await connection.disconnect(nowait=True)
+            if isinstance(exc, AttributeError):  # the parser lost its stream: the connection was closed under it
+                exc = ConnectionError(f"the Redis connection closed: {exc}")
             error = exc if isinstance(exc, Exception) else ConnectionError("the Redis pipeline was interrupted")
             for _, done in batch:
                 if not done.done():
