@@ -66,6 +66,9 @@ class CutProxy:
         if count and self._links:
             self.cuts += 1
         self._budget = None
+        self._abort_links()
+
+    def _abort_links(self) -> None:
         for client, upstream in list(self._links):
             client.transport.abort()
             upstream.transport.abort()
@@ -110,13 +113,21 @@ class CutProxy:
                 if not towards_client:
                     self.sent += data
                 if towards_client and self._budget is not None:
-                    if len(data) >= self._budget:
-                        writer.write(data[: self._budget])
+                    budget = self._budget
+                    if len(data) >= budget:
+                        # Consumed now, before the drain can yield: a budget the test arms meanwhile is the next
+                        # cut's, not erased by this one.
+                        self._budget = None
+                        writer.write(data[:budget])
                         with contextlib.suppress(Exception):
                             await writer.drain()
-                        self.cut()
+                        # This connection is cut even if its link already left ``_links`` (its other direction
+                        # ended first): count it and reset it here, not only through the live links.
+                        self.cuts += 1
+                        writer.transport.abort()
+                        self._abort_links()
                         return
-                    self._budget -= len(data)
+                    self._budget = budget - len(data)
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
