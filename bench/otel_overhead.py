@@ -9,7 +9,11 @@ Configurations (each a fresh process, alternated a b c d e a b c d e …, median
 * (c) relaykit, the SDK with an in-memory exporter (batch span processor) and metrics on (``/metrics`` registry
   mirrored into an SDK meter provider with an in-memory reader);
 * (d) the official a2a-sdk with its tracing off (``OTEL_INSTRUMENTATION_A2A_SDK_ENABLED=false``);
-* (e) the official a2a-sdk with its tracing on and the same SDK + in-memory exporter.
+* (e) the official a2a-sdk with its tracing on and the same SDK + in-memory exporter;
+* (f) the floor: no A2A server at all, only what the span tree and metrics of one traced send ask of the same SDK
+  setup as (c): a SERVER span with its attributes, a child ``a2a.execute`` span made current inside it, the final
+  attributes, and two histogram records. Its ratio is against (a): what (c) would cost over (a) if relaykit's own
+  telemetry code cost nothing.
 
 The app is driven in-process through raw ASGI calls (no sockets, no HTTP client), so the CPU measured is the
 server's own and the overhead ratios are not diluted by HTTP parsing: a conservative measure. The a2a-sdk peer is the
@@ -42,6 +46,7 @@ CONFIGS = {
     "c": "relaykit, SDK + in-memory exporter + metrics",
     "d": "a2a-sdk, tracing off",
     "e": "a2a-sdk, tracing on (SDK + in-memory exporter)",
+    "f": "the floor: the OTel SDK alone, one send's 2 spans + 2 histogram records, no server",
 }
 
 
@@ -156,7 +161,46 @@ def _request(method: str, text: str, n: int) -> bytes:
     ).encode()
 
 
+def _floor(sends: int) -> dict[str, float]:
+    """(f): the SDK's own cost for the telemetry of one traced send, with no server around it."""
+    _sdk_setup()
+    from opentelemetry import context, metrics, trace
+
+    tracer = trace.get_tracer("relaykit")
+    duration = metrics.get_meter("relaykit").create_histogram("rpc.server.duration", unit="s")
+    time_to_first = metrics.get_meter("relaykit").create_histogram("a2a.server.time_to_first_event", unit="s")
+    start = {"rpc.system": "a2a", "rpc.method": "SendMessage", "a2a.binding": "JSONRPC", "a2a.protocol.version": "1.0"}
+    labels = {"rpc.method": "SendMessage", "a2a.binding": "JSONRPC", "a2a.outcome": "ok"}
+
+    def one(i: int) -> None:
+        server = tracer.start_span("SendMessage", kind=trace.SpanKind.SERVER, attributes=start)
+        token = context.attach(trace.set_span_in_context(server))
+        try:
+            with tracer.start_as_current_span(
+                "a2a.execute", attributes={"a2a.task.id": f"t{i}", "a2a.context.id": "c"}
+            ):
+                pass
+            server.set_attributes({"a2a.task.id": f"t{i}", "a2a.context.id": "c", "a2a.task.state": "COMPLETED"})
+        finally:
+            context.detach(token)
+            server.end()
+        duration.record(0.001, labels)
+        time_to_first.record(0.001, labels)
+
+    for i in range(300):
+        one(i)
+    _drain()
+    started = time.process_time()
+    for i in range(sends):
+        one(i)
+        if i % _DRAIN == 0:
+            _drain()
+    return {"send_cpu_us": (time.process_time() - started) / sends * 1e6, "stream_cpu_ms": float("nan")}
+
+
 async def _measure(config: str, sends: int, streams: int) -> dict[str, float]:
+    if config == "f":
+        return _floor(sends)
     app = _app(config)
     for i in range(300):  # warm-up (and the lazy start of the app)
         out = await _call(app, _request("SendMessage", "hello", i))
@@ -199,7 +243,7 @@ def main() -> None:
     parser.add_argument("--sends", type=int, default=3000)
     parser.add_argument("--streams", type=int, default=20)
     parser.add_argument("--child", default=None)
-    parser.add_argument("--configs", default="abcde", help="which configurations to run (default: all)")
+    parser.add_argument("--configs", default="abcdef", help="which configurations to run (default: all)")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(asyncio.run(_measure(args.child, args.sends, args.streams))))
@@ -212,6 +256,7 @@ def main() -> None:
                 results[config].append(found)
     rows = []
     base: dict[str, float] = {}
+    relaykit_base = 0.0
     for config, runs in results.items():
         if not runs:
             continue
@@ -221,6 +266,13 @@ def main() -> None:
         spread_stream = f"[{min(r['stream_cpu_ms'] for r in runs):.1f}-{max(r['stream_cpu_ms'] for r in runs):.1f}]"
         if config in ("a", "d"):
             base = {"send": send, "stream": stream}
+            if config == "a":
+                relaykit_base = send
+        if config == "f":
+            # No stream: a chunk gets no span and no metric of its own (only the stream's request span does).
+            floor = send / relaykit_base if relaykit_base else float("nan")
+            rows.append(f"| ({config}) {CONFIGS[config]} | {send:.0f} {spread_send} | +{floor:.3f} of (a) | — | — |")
+            continue
         rows.append(
             f"| ({config}) {CONFIGS[config]} | {send:.0f} {spread_send} | {send / base['send']:.3f} | "
             f"{stream:.1f} {spread_stream} | {stream / base['stream']:.3f} |"
