@@ -185,10 +185,15 @@ async def test_800k_part_message_is_refused_without_blocking_the_loop() -> None:
                 assert "JSON objects" in r.json()["error"]["message"]
                 assert lags, "the probe never ran"
                 worst.append(max(lags))
-            t = time.perf_counter()
-            listed = await rpc(c, "ListTasks", {})
-            assert time.perf_counter() - t < 0.05
-            assert listed["result"]["tasks"] == []
+            # The server answers at once afterwards; the best of three, as above (one descheduling of this process
+            # on a busy machine is not the server's).
+            took = []
+            for _ in range(3):
+                t = time.perf_counter()
+                listed = await rpc(c, "ListTasks", {})
+                took.append(time.perf_counter() - t)
+                assert listed["result"]["tasks"] == []
+            assert min(took) < 0.05, f"ListTasks took {[round(s * 1000) for s in took]} ms"
     finally:
         await app.state.relaykit.stop()
     assert min(worst) < 0.1, f"event loop stalled {[round(w * 1000) for w in worst]} ms"
