@@ -1471,7 +1471,9 @@ async def test_subscribe_during_an_in_flight_write_gets_each_event_once(engines:
         await gate.wait()
         await u.complete()
 
-    store = GatedStore(hold_save=3)  # created, "step 1", then hold "step 2"
+    # "step 1" (its first write: a blocking caller's new task is not written apart from its next state), then hold
+    # "step 2"
+    store = GatedStore(hold_save=2)
     engine = await engines(Scripted(run), store=store)
     send = await launch(engine.send(req()))
     await within(store.holding.wait())  # "step 2" is applied to the live task; its write has not finished
@@ -1499,8 +1501,8 @@ async def test_cancel_while_the_engine_records_an_interrupted_outcome(engines: F
         await u.requires_input("which one?")
         await u.artifact("a draft")  # coalesced: written by the engine after execute returns
 
-    # Writes: created, INPUT_REQUIRED, then (held) the engine's own write of the trailing chunk.
-    store = GatedStore(hold_save=3)
+    # Writes: INPUT_REQUIRED (the task's first write), then (held) the engine's own write of the trailing chunk.
+    store = GatedStore(hold_save=2)
     engine = await engines(Scripted(run), store=store, checkpoint_chunks=10_000, checkpoint_seconds=3600)
     send = await launch(engine.send(req()))
     await within(store.holding.wait())

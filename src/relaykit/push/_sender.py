@@ -231,7 +231,8 @@ class PushSender(StreamDelivery):
         task_id = active.task_id
         key: TaskKey = (active.tenant, active.owner, task_id)
         record = active.record
-        if isinstance(event, Task) and record is not None and record.version <= 1:
+        if active.creating:
+            # The snapshot that creates the task: it has no configs yet but those put from now on (an inline one).
             self.configs.seed(key)
         pending = active.current
         inline = pending.configuration.task_push_notification_config if pending and pending.configuration else None

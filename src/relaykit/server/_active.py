@@ -109,11 +109,13 @@ class ActiveTask:
         "chunks_since_flush",
         "context",
         "context_id",
+        "creating",
         "current",
         "dirty",
         "emit_waiter",
         "emitting",
         "execute_returned",
+        "first_write",
         "last_flush",
         "last_yield",
         "message_mode",
@@ -154,6 +156,11 @@ class ActiveTask:
         # must not take its snapshot then, or it would get that event twice. It waits on ``emit_waiter`` instead.
         self.emitting = False
         self.emit_waiter: asyncio.Future[None] | None = None
+        # The embedded first write in flight, put off from the task's creation (``Recorder._create``): the
+        # execution's next write waits for it, so the two never race on the row's version.
+        self.first_write: asyncio.Task[None] | None = None
+        # True while the snapshot that creates the task is published (a push hook knows it has no configs yet).
+        self.creating = False
         # True once the current ``execute`` has returned (or raised): the engine is recording the outcome, and a
         # cancel must not interrupt those writes any more.
         self.execute_returned = False

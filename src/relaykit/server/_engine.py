@@ -267,6 +267,12 @@ class TaskEngine(Runner, Readers):
         """The outcome of the execution a repeated message started: awaited while it runs, else the task now."""
         pending = seen.pending
         if pending is not None:
+            if immediate and not pending.first.done():
+                active = self.registry.get(seen.task_id)
+                if active is not None and active.current is pending and active.task is not None:
+                    # Its execution runs, but its first snapshot was never made (its caller waits for the outcome
+                    # alone: ``Recorder._create``): the task as it is now, as GetTask would answer.
+                    return active.task.to_json()
             fut = pending.first if immediate and not pending.first.cancelled() else pending.done
             if not fut.cancelled():
                 if self.send_timeout is None:

@@ -87,7 +87,7 @@ class Recorder:
     _sync_store: bool
     _local_bus: LocalEventBus | None  # the bus, when it is the in-process one (appended to directly)
     registry: dict[str, ActiveTask]  # the tasks this process runs
-    _deferred: set[asyncio.Task[None]]  # deferred first writes in flight (scale-out)
+    _deferred: set[asyncio.Task[None]]  # deferred first writes in flight
     # Observability (relaykit.telemetry.Telemetry) or None: spans around store writes and state publishes.
     telemetry: Any
 
@@ -183,7 +183,8 @@ class Recorder:
                     event.status.timestamp = utc_now()
                 apply(task, event)
                 await self._emit(active, None, None, persist=True)
-            if not pending.first.done():
+            if not pending.first.done() and not pending.outcome_only:
+                # (Nobody awaits the first snapshot of an outcome-only caller: see ``_create``.)
                 pending.resolve(pending.first, self._body(active))
         except InvalidAgentResponseError as exc:
             active.agent_error = exc
@@ -222,12 +223,80 @@ class Recorder:
             active.record.body = provisional.body  # what is stored (the checkpoints weigh chunks against it)
             active.last_flush = time.monotonic()
             active.dirty = True
-            await self._emit(active, None, None, persist=False, wait=self._first_wait(pending))
+            if task.status.state is TaskState.SUBMITTED and not self._first_wait(pending):
+                # Nobody here is answered with this first snapshot, and it says what the stored row says (the
+                # message, SUBMITTED): neither encoded nor published. A subscriber elsewhere starts from that row
+                # (its event_seq), and the execution's events follow it. (A WORKING task, as ``@agent`` starts, is
+                # published: it is news to such a subscriber.)
+                asyncio.get_running_loop().call_later(_DEFERRED_WRITE, self._write_deferred, active, active.record)
+                return
+            active.creating = True
+            try:
+                await self._emit(active, None, None, persist=False, wait=self._first_wait(pending))
+            finally:
+                active.creating = False
             record = active.record
             asyncio.get_running_loop().call_later(_DEFERRED_WRITE, self._write_deferred, active, record)
+        elif self.cluster is None and task.status.state in _DEFERRABLE and not self._first_wait(pending):
+            # Embedded, and nobody can see this first snapshot: the caller waits for the outcome alone, no push
+            # config can be told of it, and no one else knows the new task's id yet (no tap, no subscriber). So it
+            # is neither encoded, written nor published now: it is written at the end of this loop pass, unless the
+            # execution's next write (typically its answer, in the same pass) has carried it by then. A message
+            # answered at once costs one write, not two; the row exists before the loop reads any other request
+            # (a ListTasks), and a task is never answered before its state is stored. ``first`` stays unresolved:
+            # the outcome resolves it, and a returnImmediately repeat meanwhile gets the task as it is.
+            active.dirty = True
+            active.last_flush = time.monotonic()
+            asyncio.get_running_loop().call_soon(self._write_first, active, active.record)
+            return
         else:
-            await self._emit(active, None, None, persist=True)
+            active.creating = True
+            try:
+                await self._emit(active, None, None, persist=True)
+            finally:
+                active.creating = False
         pending.resolve(pending.first, self._body(active))
+
+    def _write_first(self, active: ActiveTask, record: TaskRecord) -> None:
+        """The embedded first write put off by ``_create``, unless a write since has carried it. It runs beside the
+        execution, which goes on changing the live task meanwhile, so it writes a copy taken now."""
+        if not active.dirty or active.record is not record or self.registry.get(active.task_id) is not active:
+            return
+        if active.emitting:
+            # An emit is in flight: a persisting one has already cleared ``dirty``, so this one only publishes
+            # (awaiting a push hook, say). Look again once it is done.
+            asyncio.get_running_loop().call_soon(self._write_first, active, record)
+            return
+        body = record.task.to_json()
+        # The row stands for every event published so far (none, or the chunks the agent published since).
+        seq = self.bus.last_seq(active.task_id, record.event_seq)
+        copy = TaskRecord(Task.from_json(body), record.tenant, record.owner, record.version, seq, body)
+        record.event_seq = seq
+        record.body = body  # what is being stored (the checkpoints weigh chunks against it)
+        active.dirty = False
+        active.chunks_since_flush = 0
+        active.chunk_bytes_since_flush = 0
+        active.last_flush = time.monotonic()
+        task = asyncio.ensure_future(self._first_write(active, record, copy))
+        active.first_write = task
+        self._deferred.add(task)
+        task.add_done_callback(self._deferred.discard)
+
+    async def _first_write(self, active: ActiveTask, record: TaskRecord, copy: TaskRecord) -> None:
+        try:
+            tel = self.telemetry
+            if tel is None:
+                await self.store.save(copy)
+            else:
+                tel.task_state(active, copy.task.status.state.name)
+                with tel.span("a2a.store.write", active.task_id):
+                    await self.store.save(copy)
+            record.version = copy.version  # the execution's next write follows this one
+        except Exception as exc:
+            active.dirty = True  # the execution's next write carries it
+            log.warning("task %s: its first state waits for its next write: %s", active.task_id, exc)
+        finally:
+            active.first_write = None
 
     def _first_wait(self, pending: PendingRequest) -> bool:
         """Whether the publisher of an execution's first, unpersisted snapshot waits for its append. Not when its
@@ -310,6 +379,11 @@ class Recorder:
         base: int | None = None
         try:
             if persist and record is not None:
+                first = active.first_write
+                if first is not None:
+                    # Embedded: the put-off first write is in flight; this write follows it (one version after
+                    # another). Shielded: a cancelled caller here must not cancel that write.
+                    await asyncio.shield(first)
                 # The stored event_seq names the event being published now (the one after the log's newest).
                 base = self.bus.last_seq(active.task_id, record.event_seq)
                 record.event_seq = base + 1

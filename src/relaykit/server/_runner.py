@@ -153,7 +153,11 @@ class Runner(Cancellation):
             context_id = message.context_id or new_id()
             message.context_id = context_id
             active = ActiveTask(new_id(), context_id, tenant, owner, None)
-        pending = PendingRequest(message, request.configuration, request.metadata, call, streaming=streaming)
+        config = request.configuration
+        pending = PendingRequest(message, config, request.metadata, call, streaming=streaming)
+        # A blocking caller waits for the outcome alone: the first snapshot need not be written before the agent
+        # goes on (``Recorder._create``).
+        pending.outcome_only = not streaming and not (config is not None and config.return_immediately)
         if self.telemetry is not None:
             pending.trace = self.telemetry.capture()
         self._enqueue(active, pending)
