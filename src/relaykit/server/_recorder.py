@@ -7,6 +7,10 @@ Invariants:
   flushed at checkpoints), then published once as encoded ``StreamResponse`` bytes;
 * the stored ``event_seq`` names the event published after that write, so a reader that starts from the stored task
   resumes exactly after it;
+* a new task's first snapshot that nobody can see (its caller waits for the outcome alone, no push config can be told
+  of it, and nobody else knows the task's id yet) is not published: embedded, it is written with the task's next
+  state or at the end of the loop pass, whichever comes first, so a message answered at once costs one write;
+  scale-out, the row stored at acceptance already says it when it is SUBMITTED (``_create``);
 * writes are never torn by cancellation: a write in flight completes before the cancellation is honoured;
 * a stream of N chunks costs O(N): a chunk checkpoint (which re-encodes and rewrites the whole task) waits, beyond
   the chunk-count / interval trigger, until the chunks since the last write add at least 1/``_GROWTH`` of the
