@@ -105,6 +105,18 @@ async def stored(engine: TaskEngine, task_id: str) -> Task | None:
     return record.task if record is not None else None
 
 
+def chunk_then_complete(gate: asyncio.Event) -> Script:
+    """An agent that creates its task with a chunk, works until ``gate`` (an LLM call, say), then completes it."""
+
+    async def run(ctx: RequestContext, q: EventQueue) -> None:
+        updater = TaskUpdater(q, ctx)
+        await updater.artifact("partial")
+        await gate.wait()
+        await updater.complete()
+
+    return run
+
+
 def as_task(result: object) -> Task:
     assert isinstance(result, Task), result
     return result
@@ -206,13 +218,7 @@ async def test_a_return_immediately_repeat_gets_the_task_as_it_is(engines: Any) 
 
 async def test_a_failed_first_write_is_carried_by_the_next(watched: Watched, engines: Any) -> None:
     gate = asyncio.Event()
-
-    async def run(ctx: RequestContext, q: EventQueue) -> None:
-        updater = TaskUpdater(q, ctx)
-        await updater.artifact("partial")
-        await gate.wait()
-        await updater.complete()
-
+    run = chunk_then_complete(gate)
     engine = await engines(run, watched)
     watched.fail_next = True
     sending = asyncio.ensure_future(engine.send(request(Message.user("job"))))
@@ -264,13 +270,7 @@ async def test_callers_who_see_the_first_state_get_it_written_first(
     watched: Watched, engines: Any, caller: str
 ) -> None:
     gate = asyncio.Event()
-
-    async def run(ctx: RequestContext, q: EventQueue) -> None:
-        updater = TaskUpdater(q, ctx)
-        await updater.artifact("partial")
-        await gate.wait()
-        await updater.complete()
-
+    run = chunk_then_complete(gate)
     engine = await engines(run, watched)
     if caller == "returnImmediately":
         first = as_task(await asyncio.wait_for(engine.send(request(Message.user("job"), now=True)), WAIT))
