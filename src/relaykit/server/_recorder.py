@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 from relaykit._enums import Role, TaskState
@@ -264,27 +264,18 @@ class Recorder:
     def _write_first(self, active: ActiveTask, record: TaskRecord) -> None:
         """The embedded first write put off by ``_create``, unless a write since has carried it. It runs beside the
         execution, which goes on changing the live task meanwhile, so it writes a copy taken now."""
-        if not active.dirty or active.record is not record or self.registry.get(active.task_id) is not active:
+        if not self._unwritten(active, record):
             return
         if active.emitting:
             # An emit is in flight: a persisting one has already cleared ``dirty``, so this one only publishes
             # (awaiting a push hook, say). Look again once it is done.
             asyncio.get_running_loop().call_soon(self._write_first, active, record)
             return
-        body = record.task.to_json()
         # The row stands for every event published so far (none, or the chunks the agent published since).
-        seq = self.bus.last_seq(active.task_id, record.event_seq)
-        copy = TaskRecord(Task.from_json(body), record.tenant, record.owner, record.version, seq, body)
-        record.event_seq = seq
-        record.body = body  # what is being stored (the checkpoints weigh chunks against it)
-        active.dirty = False
-        active.chunks_since_flush = 0
-        active.chunk_bytes_since_flush = 0
-        active.last_flush = time.monotonic()
-        task = asyncio.ensure_future(self._first_write(active, record, copy))
-        active.first_write = task
-        self._deferred.add(task)
-        task.add_done_callback(self._deferred.discard)
+        record.event_seq = self.bus.last_seq(active.task_id, record.event_seq)
+        copy = self._copy_to_write(active, record)
+        record.body = copy.body  # what is being stored (the checkpoints weigh chunks against it)
+        active.first_write = self._beside(self._first_write(active, record, copy))
 
     async def _first_write(self, active: ActiveTask, record: TaskRecord, copy: TaskRecord) -> None:
         try:
@@ -323,20 +314,35 @@ class Recorder:
     def _write_deferred(self, active: ActiveTask, record: TaskRecord) -> None:
         """The deferred first write, unless the runner wrote since. It runs beside the runner, so it writes a copy
         taken now (the live task and its event_seq move on meanwhile) and never in the middle of an emit."""
-        if not active.dirty or active.record is not record or self.registry.get(active.task_id) is not active:
+        if not self._unwritten(active, record):
             return
         if active.emitting:
             asyncio.get_running_loop().call_later(_DEFERRED_WRITE, self._write_deferred, active, record)
             return
+        taken = record.body
+        self._beside(self._flush_deferred(active, record, self._copy_to_write(active, record), taken))
+
+    def _unwritten(self, active: ActiveTask, record: TaskRecord) -> bool:
+        """Whether a put-off first write is still to be made: no write has carried the task's state since, and
+        this execution still owns the task."""
+        return active.dirty and active.record is record and self.registry.get(active.task_id) is active
+
+    def _copy_to_write(self, active: ActiveTask, record: TaskRecord) -> TaskRecord:
+        """A frozen copy of the live task, for a write beside the execution (which goes on changing the task); from
+        now on the task counts as written."""
         body = record.task.to_json()
-        copy = TaskRecord(Task.from_json(body), record.tenant, record.owner, record.version, record.event_seq, body)
         active.dirty = False
         active.chunks_since_flush = 0
         active.chunk_bytes_since_flush = 0
         active.last_flush = time.monotonic()
-        task = asyncio.ensure_future(self._flush_deferred(active, record, copy, record.body))
+        return TaskRecord(Task.from_json(body), record.tenant, record.owner, record.version, record.event_seq, body)
+
+    def _beside(self, write: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """Run ``write`` in its own task, kept referenced until it ends."""
+        task = asyncio.ensure_future(write)
         self._deferred.add(task)
         task.add_done_callback(self._deferred.discard)
+        return task
 
     async def _flush_deferred(
         self, active: ActiveTask, record: TaskRecord, copy: TaskRecord, taken: bytes | None
