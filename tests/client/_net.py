@@ -3,7 +3,9 @@ on demand, and a tiny HTTP/1.1 server for recording, failing and stalling.
 
 ``CutProxy`` forwards every accepted connection to ``upstream_port``. ``cut()`` aborts every live connection (both
 sides, RST); ``cut_after(n)`` lets ``n`` more bytes through towards the client and then cuts (so a cut can land in
-the middle of an SSE frame); ``refuse = True`` makes it accept and abort every new connection at once (the server
+the middle of an SSE frame); ``cut_when(pattern, after=n)`` queues a cut made ``n`` bytes past the end of the next
+match of ``pattern`` in what goes towards the client (so the point is chosen by the stream itself, not by how far a
+possibly slower client has read); ``refuse = True`` makes it accept and abort every new connection at once (the server
 "stays down"). It keeps accepting after a cut. ``accepted`` counts accepted connections, ``cuts`` the cuts that hit
 live connections, and ``sent`` holds every byte the clients sent upstream.
 
@@ -16,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
 
 HOST = "127.0.0.1"
+_WINDOW = 4096  # bytes of a connection's past output kept so that a cut pattern can match across reads
 
 
 class CutProxy:
@@ -36,6 +40,7 @@ class CutProxy:
         self._server: asyncio.Server | None = None
         self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._budget: int | None = None
+        self._triggers: list[tuple[re.Pattern[bytes], int]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self.sent = bytearray()  # every byte clients sent upstream (to check what the requests carried)
 
@@ -78,6 +83,25 @@ class CutProxy:
         """Let ``nbytes`` more bytes through towards the client, then cut."""
         self._budget = nbytes
 
+    def cut_when(self, pattern: bytes, after: int = 0) -> None:
+        """Cut ``after`` bytes past the end of the next match of ``pattern`` towards the client.
+
+        Several calls queue up; each fires once, in order, and the next starts looking after the previous one's
+        cut. A match may span reads (the last ``_WINDOW`` bytes of each connection are kept to search across them).
+        """
+        self._triggers.append((re.compile(pattern, re.DOTALL), after))
+
+    def _arm(self, tail: bytes, data: bytes) -> bytes:
+        """Set the budget if the next trigger's pattern ends in ``data``; return the new tail to search with."""
+        window = tail + data
+        pattern, after = self._triggers[0]
+        found = pattern.search(window)
+        if found is not None:
+            self._triggers.pop(0)
+            # A match wholly inside the tail was seen (and fired) on an earlier read, so its end lies in ``data``.
+            self._budget = found.end() - len(tail) + after
+        return window[-_WINDOW:]
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         if self.refuse or self.upstream_port is None:
@@ -103,6 +127,7 @@ class CutProxy:
         self._links.discard(link)
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, towards_client: bool) -> None:
+        tail = b""
         try:
             while True:
                 data = await reader.read(65536)
@@ -112,6 +137,8 @@ class CutProxy:
                     return
                 if not towards_client:
                     self.sent += data
+                if towards_client and self._budget is None and self._triggers:
+                    tail = self._arm(tail, data)
                 if towards_client and self._budget is not None:
                     budget = self._budget
                     if len(data) >= budget:
