@@ -14,7 +14,7 @@ import httpx
 import pytest
 from push_helpers import A2A, Recorder, serving, wait_until
 
-from relaykit import StreamResponse, TaskState, agent
+from relaykit import AgentExecutor, RequestContext, StreamResponse, TaskState, TaskUpdater, agent
 from relaykit.backends._base import OutboxChanges
 from relaykit.backends.memory import MemoryPushConfigStore
 from relaykit.backends.sqlite import SQLitePushOutbox, SQLiteTaskStore
@@ -27,7 +27,7 @@ from relaykit.push import (
     WebhookGuard,
     WebhookReceiver,
 )
-from relaykit.server import CallContext
+from relaykit.server import CallContext, EventQueue
 from relaykit.types import Message, SendMessageRequest, TaskPushNotificationConfig
 
 FAST = DeliveryPolicy(timeout=5.0, backoff=0.02, max_backoff=0.1, max_attempts=5)
@@ -279,3 +279,58 @@ async def test_the_engine_hook_is_installed_only_once_a_config_may_exist(tmp_pat
         assert again.engine.on_event == again.push_sender.on_event  # the store holds a config: armed at start
     finally:
         await again.stop()
+
+
+class Paused(AgentExecutor):
+    """WORKING, then waits for ``go`` before it completes (``started`` says which task it is working on)."""
+
+    def __init__(self) -> None:
+        self.started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.go = asyncio.Event()
+
+    async def execute(self, context: RequestContext, queue: EventQueue) -> None:
+        updater = TaskUpdater(queue, context)
+        await updater.start_work()
+        self.started.set_result(context.task_id)
+        await self.go.wait()
+        await updater.complete_with_text("done")
+
+
+async def test_a_config_put_before_a_new_tasks_first_published_event_receives_it(tmp_path: Path) -> None:
+    """A blocking caller waits for the outcome alone, so its new task's first snapshot (WORKING) is never published.
+    A config created for the task meanwhile (by a client that found it with ListTasks) still gets the COMPLETED
+    event, and the push hook never reads the config store for the task: it was told of the task at its creation."""
+    paused = Paused()
+    collector = Collector()
+    app = create_app(paused, store=f"sqlite:///{tmp_path / 'early.db'}", push_allow=("127.0.0.1",), push_policy=FAST)
+    server = app.state.relaykit
+    store_reads: list[str] = []
+    async with serving(WebhookReceiver(collector)) as hook, serving(app) as agent_url, httpx.AsyncClient() as http:
+        sender = server.push_sender
+        sender.arm()  # as when any task of the server has a config
+        configs = sender.configs.store
+        listed = configs.list
+
+        async def counted_list(task_id: str, **scope: Any) -> Any:
+            store_reads.append(task_id)
+            return await listed(task_id, **scope)
+
+        configs.list = counted_list
+        body = {"message": {"messageId": "m-early", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
+        answer = asyncio.create_task(http.post(f"{agent_url}/message:send", json=body, headers=A2A, timeout=WAIT))
+        task_id = await asyncio.wait_for(paused.started, WAIT)
+        # The task's row is written at the end of the loop pass it was created in, before this wakes up
+        # (Recorder._create): wait for that write to land.
+        first_write = server.engine.registry[task_id].first_write
+        if first_write is not None:
+            await asyncio.wait_for(asyncio.shield(first_write), WAIT)
+        assert await server.engine.store.get(task_id) is not None
+        config = {"taskId": task_id, "id": "early", "url": hook}
+        created = await http.post(f"{agent_url}/tasks/{task_id}/pushNotificationConfigs", json=config, headers=A2A)
+        assert created.status_code == 200, created.text
+        paused.go.set()
+        reply = await asyncio.wait_for(answer, WAIT)
+        assert reply.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        events = await collector.until(terminal)
+    assert [e.status_update.status.state for e in events if e.status_update] == [TaskState.COMPLETED]
+    assert task_id not in store_reads

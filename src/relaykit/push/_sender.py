@@ -79,14 +79,15 @@ def _state_of(event: Any) -> TaskState | None:
 
 
 class PushSender(StreamDelivery):
-    """Delivers push notifications from a ``PushOutbox``; ``on_event`` is the engine hook that fills it.
+    """Delivers push notifications from a ``PushOutbox``; ``on_event`` is the engine hook that fills it (and
+    ``on_create`` the one that tells it of a new task, so it never reads the store for that task's configs).
 
     ``events``: ``"all"`` (every task event: snapshots, status and artifact updates) or ``"state"`` (only the
     events that change the task's state). ``allow``: the SSRF guard's allow list. ``signer``: signs deliveries.
     ``notify_rate``: ``(per second, burst)`` notifications per task beyond its state changes (``push._rate``);
     ``(0, 0)`` turns the bound off.
 
-    >>> # sender = PushSender(push_store, MemoryPushOutbox()); engine.on_event = sender.on_event
+    >>> # sender = PushSender(push_store, MemoryPushOutbox()); sender.bind(engine)  # armed when a config may exist
     """
 
     def __init__(
@@ -210,6 +211,7 @@ class PushSender(StreamDelivery):
         exists, so the hook sees the task's first event). Once armed, it stays armed.
         """
         if self._engine is not None and self._engine.on_event is None:
+            self._engine.on_create = self.on_create
             self._engine.on_event = self.on_event
 
     def _registered(self, key: StreamKey) -> None:
@@ -223,6 +225,12 @@ class PushSender(StreamDelivery):
         await self.guard.check_config(url, field)
         self.arm()
 
+    def on_create(self, active: ActiveTask) -> None:
+        """An execution creates ``active``'s task: it has no configs but those put from now on (an inline one), so
+        the hook need not read the store for it. Told at creation, whether or not the task's first snapshot is
+        published (nobody may see it), and before a config can be put for the task."""
+        self.configs.seed((active.tenant, active.owner, active.task_id))
+
     async def on_event(self, active: ActiveTask, seq: int, event: Any, data: bytes) -> None:
         """Queue ``event`` (its StreamResponse JSON is ``data``) for every push config of its task."""
         writer = self._writer
@@ -231,9 +239,6 @@ class PushSender(StreamDelivery):
         task_id = active.task_id
         key: TaskKey = (active.tenant, active.owner, task_id)
         record = active.record
-        if active.creating:
-            # The snapshot that creates the task: it has no configs yet but those put from now on (an inline one).
-            self.configs.seed(key)
         pending = active.current
         inline = pending.configuration.task_push_notification_config if pending and pending.configuration else None
         if inline is not None and inline.task_id != task_id:

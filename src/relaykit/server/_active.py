@@ -109,7 +109,6 @@ class ActiveTask:
         "chunks_since_flush",
         "context",
         "context_id",
-        "creating",
         "current",
         "dirty",
         "emit_waiter",
@@ -159,8 +158,6 @@ class ActiveTask:
         # The embedded first write in flight, put off from the task's creation (``Recorder._create``): the
         # execution's next write waits for it, so the two never race on the row's version.
         self.first_write: asyncio.Task[None] | None = None
-        # True while the snapshot that creates the task is published (a push hook knows it has no configs yet).
-        self.creating = False
         # True once the current ``execute`` has returned (or raised): the engine is recording the outcome, and a
         # cancel must not interrupt those writes any more.
         self.execute_returned = False

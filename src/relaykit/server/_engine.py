@@ -30,7 +30,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -93,6 +93,8 @@ class TaskEngine(Runner, Readers):
         self.max_artifact_bytes = max_artifact_bytes
         # Hook for push delivery: called with (active task, seq, event, data) after each publish.
         self.on_event = on_event
+        # Hook for push delivery: called with the active task when an execution creates it (see ``Recorder``).
+        self.on_create: Callable[[ActiveTask], None] | None = None
         # Observability (relaykit.telemetry): None = off (each hook point is an ``is None`` test).
         self.telemetry: Telemetry | None = None
         self.registry: dict[str, ActiveTask] = {}

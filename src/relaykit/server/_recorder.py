@@ -85,6 +85,9 @@ class Recorder:
     cluster: Any
     # Hook for push delivery: called with (active task, seq, event, data) after each publish.
     on_event: Any
+    # Hook for push delivery: called with the active task when this execution creates it, before any of its events
+    # is published (a new task has no push configs but those put from then on; none can have been put before).
+    on_create: Any
     checkpoint_chunks: int
     checkpoint_seconds: float
     max_artifact_bytes: int  # artifact bytes a live task may publish (0: no limit); past it the task FAILS
@@ -215,6 +218,10 @@ class Recorder:
                 status=TaskStatus._trusted(state=TaskState.SUBMITTED, timestamp=utc_now()),
                 history=[message],
             )
+        if self.on_create is not None:
+            # Now, not with the task's first published event: that may come later (or never, for a first snapshot
+            # nobody sees), after a config was put for the task meanwhile.
+            self.on_create(active)
         provisional, active.provisional = active.provisional, None
         version = provisional.version if provisional is not None else 0  # write over the accepted row
         active.record = TaskRecord(task, active.tenant, active.owner, version, self.bus.last_seq(active.task_id))
@@ -234,11 +241,7 @@ class Recorder:
                 # published: it is news to such a subscriber.)
                 asyncio.get_running_loop().call_later(_DEFERRED_WRITE, self._write_deferred, active, active.record)
                 return
-            active.creating = True
-            try:
-                await self._emit(active, None, None, persist=False, wait=self._first_wait(pending))
-            finally:
-                active.creating = False
+            await self._emit(active, None, None, persist=False, wait=self._first_wait(pending))
             record = active.record
             asyncio.get_running_loop().call_later(_DEFERRED_WRITE, self._write_deferred, active, record)
         elif self.cluster is None and task.status.state in _DEFERRABLE and not self._first_wait(pending):
@@ -254,11 +257,7 @@ class Recorder:
             asyncio.get_running_loop().call_soon(self._write_first, active, active.record)
             return
         else:
-            active.creating = True
-            try:
-                await self._emit(active, None, None, persist=True)
-            finally:
-                active.creating = False
+            await self._emit(active, None, None, persist=True)
         pending.resolve(pending.first, self._body(active))
 
     def _write_first(self, active: ActiveTask, record: TaskRecord) -> None:
