@@ -6,7 +6,10 @@ guard, outages, ordering, claims).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
+import logging
 import math
 from collections.abc import Sequence
 from datetime import datetime
@@ -72,6 +75,19 @@ _SET = "context_id = u.context_id, state = u.state, status_ts = u.status_ts, ver
 )
 
 
+log = logging.getLogger("relaykit.store")
+
+ANALYZE_FIRST = 1000
+"""Tasks a store creates before it refreshes the tasks table's statistics the first time (``_grown``)."""
+
+# How a statement that finds one task by its id checks the task's scope. Not ``tenant = $2 AND owner = $3``: those
+# also match the leading columns of the list indexes, and a prepared statement's generic plan, made while the table
+# was empty, was seen to take one of them and scan every task of the owner to find one (a cost per statement growing
+# with the number of tasks, kept until the next ANALYZE: forever with autovacuum off). IS NOT DISTINCT FROM is no
+# index condition, so only the primary key can find the row; on these NOT NULL columns it means the same as ``=``.
+_SCOPE = "(tenant, owner) IS NOT DISTINCT FROM ($2, $3)"
+
+
 def _unnest(extra: tuple[tuple[str, str], ...]) -> str:
     """SQL: the rows of a combined write as ``u``, one array parameter per column."""
     cols = _ROW + extra
@@ -113,9 +129,12 @@ class PostgresTaskStore(AttachedStore[Database]):
             connect_timeout=connect_timeout,
         )
         self._started = False
+        self._created = 0  # tasks created through this store (``_grown``)
+        self._analyze_at = ANALYZE_FIRST
+        self._analyzing: asyncio.Task[None] | None = None
         t = f"{self._db.namespace}_tasks"
         self._table = t
-        self._sql_get = f"SELECT body, version, event_seq FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3"
+        self._sql_get = f"SELECT body, version, event_seq FROM {t} WHERE id = $1 AND {_SCOPE}"
         self._sql_insert = (
             f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request, "
             f"lean) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, {lean('$9')}) ON CONFLICT (id) DO NOTHING"
@@ -127,12 +146,12 @@ class PostgresTaskStore(AttachedStore[Database]):
         # Scope in the WHERE clause too: a record can never move a task to another tenant or owner.
         self._sql_update = (
             f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9, "
-            f"lean = {lean('$9')} WHERE id = $1 AND tenant = $2 AND owner = $3 AND version = $10"
+            f"lean = {lean('$9')} WHERE id = $1 AND {_SCOPE} AND version = $10"
         )
         # The claimant's write (save_claimed): the same update, moving the claim with it.
         self._sql_update_claimed = (
             f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9, "
-            f"lean = {lean('$9')}, worker = $11 WHERE id = $1 AND tenant = $2 AND owner = $3 AND version = $10"
+            f"lean = {lean('$9')}, worker = $11 WHERE id = $1 AND {_SCOPE} AND version = $10"
         )
         # The same four writes for many rows at once (``_batch``): each returns the ids it wrote.
         into = "id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request"
@@ -145,12 +164,14 @@ class PostgresTaskStore(AttachedStore[Database]):
             f"INSERT INTO {t} ({into}, worker) SELECT {picked}, u.worker "
             f"FROM {_unnest((('request', 'bytea'), ('worker', 'text')))} ON CONFLICT (id) DO NOTHING RETURNING id"
         )
+        # Joined on the id: with the statistics of a table that has grown (``_grown``), each row is found through the
+        # primary key; a hash join over the whole table is what a plan made on a small table does.
         match = "o.id = u.id AND o.tenant = u.tenant AND o.owner = u.owner AND o.version = u.expected"
-        sql_updates = (
+        self._sql_updates = sql_updates = (
             f"UPDATE {t} AS o SET {_SET}, lean = {lean('u.body')} FROM {_unnest((('expected', 'bigint'),))} "
             f"WHERE {match} RETURNING o.id"
         )
-        sql_updates_claimed = (
+        self._sql_updates_claimed = sql_updates_claimed = (
             f"UPDATE {t} AS o SET {_SET}, lean = {lean('u.body')}, worker = u.worker "
             f"FROM {_unnest((('expected', 'bigint'), ('worker', 'text')))} WHERE {match} RETURNING o.id"
         )
@@ -158,7 +179,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         self._inserts_claimed = self._combiner(self._sql_insert_claimed, sql_inserts_claimed)
         self._updates = self._combiner(self._sql_update, sql_updates)
         self._updates_claimed = self._combiner(self._sql_update_claimed, sql_updates_claimed)
-        self._sql_delete = f"DELETE FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3"
+        self._sql_delete = f"DELETE FROM {t} WHERE id = $1 AND {_SCOPE}"
         self._sql_active = (
             f"SELECT id, body, tenant, owner, version, event_seq FROM {t} WHERE state = ANY($1::text[]) FOR UPDATE"
         )
@@ -180,7 +201,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         # and yields the worker before the claim, which RETURNING (new values only) could not.
         self._sql_claim = (
             f"UPDATE {t} AS t SET worker = $4, version = t.version + 1, request = COALESCE($5, t.request) "
-            f"FROM (SELECT id, worker FROM {t} WHERE id = $1 AND tenant = $2 AND owner = $3 FOR UPDATE) AS p "
+            f"FROM (SELECT id, worker FROM {t} WHERE id = $1 AND {_SCOPE} FOR UPDATE) AS p "
             "WHERE t.id = p.id AND (p.worker IS NULL OR p.worker = $4 OR NOT EXISTS "
             f"(SELECT 1 FROM {w} WHERE id = p.worker AND expires_at > now())) "
             "RETURNING t.body, t.version, t.event_seq, p.worker, t.request"
@@ -262,9 +283,40 @@ class PostgresTaskStore(AttachedStore[Database]):
         if version == 0:
             if not await self._inserts.write((*args, record.request)):
                 raise ConflictError(f"task {task_id} already exists")
+            self._grown()
         elif not await self._updates.write((*args, version)):
             raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
         record.version = version + 1
+
+    def _grown(self) -> None:
+        """A task was created through this store. At ``ANALYZE_FIRST`` and at every doubling since, the table's
+        statistics are refreshed (ANALYZE, in the background). A prepared statement keeps the plan made from the
+        statistics of the table as it was: on a new namespace, empty, until autovacuum analyzes it (its first minute;
+        never, with autovacuum off). A combined write planned so joins its rows by a scan of the whole table, a cost
+        per write growing with the tasks stored. ANALYZE invalidates those plans: each is made again for the table as
+        it is, at most twice as small as it will be until the next refresh (log2 of the tasks: a handful in all)."""
+        self._created += 1
+        if self._created < self._analyze_at or (self._analyzing is not None and not self._analyzing.done()):
+            return
+        self._analyze_at = self._created * 2
+        self._analyzing = asyncio.get_running_loop().create_task(self._analyze(), name="relaykit-pg-analyze")
+
+    async def _analyze(self) -> None:
+        async def job(conn: Any) -> None:
+            await conn.execute(f"ANALYZE {self._table}")
+
+        try:
+            await self._db.run(job)
+        except Exception as exc:  # best effort: plans stay as they were, and the next doubling tries again
+            log.warning("could not refresh the statistics of %s: %s", self._table, exc)
+
+    async def close(self) -> None:
+        analyzing, self._analyzing = self._analyzing, None
+        if analyzing is not None and not analyzing.done():
+            analyzing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await analyzing
+        await super().close()
 
     def _combiner(self, one_sql: str, many_sql: str) -> WriteCombiner:
         """The write ``one_sql`` (one row as $1…$n), combined under concurrency into ``many_sql`` (``_batch``)."""
@@ -485,6 +537,7 @@ class PostgresTaskStore(AttachedStore[Database]):
             raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
         if not await self._inserts_claimed.write((*self._row(record), record.request, worker)):
             raise ConflictError(f"task {task_id} already exists")
+        self._grown()
         record.version = 1
 
     async def claimant(self, task_id: str) -> str | None:
