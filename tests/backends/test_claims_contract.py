@@ -546,11 +546,14 @@ async def test_relaykit_db_upgrade_migrates_a_version_1_namespace(postgres_url: 
     assert (version, "worker" in columns) == (SCHEMA_VERSION, True)
 
 
-async def test_insert_claimed_stores_a_new_task_held_by_its_worker(store: ClaimingStore) -> None:
+@pytest.mark.parametrize("told", [True, False], ids=["told", "untold"])
+async def test_insert_claimed_stores_a_new_task_held_by_its_worker(store: ClaimingStore, told: bool) -> None:
+    # ``told=False`` (nobody hears of the task before its next write) may commit lazily, never differently.
     await store.heartbeat("w1", LONG_TTL)
     await store.heartbeat("w2", LONG_TTL)
     record = TaskRecord(make_task("t1", state=TaskState.SUBMITTED))
-    await store.insert_claimed(record, "w1")
+    await store.insert_claimed(record, "w1", told=told)
+    assert (await store.get("t1")) is not None
     assert await store.claimant("t1") == "w1"
     assert await version_of(store, "t1") == record.version
 

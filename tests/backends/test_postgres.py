@@ -680,3 +680,29 @@ async def test_server_outage_then_recovery(postgres_url: str, pg_namespace: str)
             await push.close()
     finally:
         await proxy.cut()
+
+
+async def test_an_untold_insert_is_not_flushed_on_its_own_and_its_next_write_flushes_it(
+    postgres_url: str, pg_namespace: str
+) -> None:
+    """``insert_claimed(told=False)`` commits asynchronously: right after it, the server's WAL is not flushed as far
+    as it was written (the WAL writer flushes it within ~200 ms), as it always is right after a told (synchronous)
+    insert. The next synchronous write flushes both. The WAL position is the server's, so nothing else may write
+    meanwhile: this namespace's store is the only writer during the test (its heartbeat aside, which runs before)."""
+    lagging = "SELECT pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()"
+    async with opened(postgres_url, pg_namespace, exclusive=False) as store, admin(postgres_url) as conn:
+        await store.heartbeat("w1", 60.0)
+        told_lag = untold_lag = 0
+        for n in range(20):
+            await store.insert_claimed(TaskRecord(make_task(f"told-{n}", state=TaskState.SUBMITTED)), "w1")
+            told_lag += bool(await conn.fetchval(lagging))
+            record = TaskRecord(make_task(f"untold-{n}", state=TaskState.SUBMITTED))
+            await store.insert_claimed(record, "w1", told=False)
+            untold_lag += bool(await conn.fetchval(lagging))
+            record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=BASE)
+            record.body = None
+            await store.save_claimed(record, None)  # synchronous: flushes the insert's WAL with its own
+            assert not await conn.fetchval(lagging)
+    assert told_lag == 0
+    # Each untold insert would have to race the WAL writer's 200 ms wake-up to the query, twenty times in a row.
+    assert untold_lag > 0

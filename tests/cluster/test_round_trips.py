@@ -4,8 +4,9 @@ One replica (PostgreSQL store + Redis bus) is served in this event loop on a rea
 redis-py's round trips (each command or pipeline sent on a connection, a blocking read included) are counted while
 one blocking SendMessage to an echo agent is answered. The budget is issue 18's: a replica that accepts a message
 and has capacity runs it itself, so a simple message costs at most 3 statements (2 commits) and 8 Redis round
-trips (today 2 and 3: ``EXPECTED_*``, so a regression shows before the budget is spent). An answer to an interrupted
-task runs where accepted too (``CONTINUATION_*``).
+trips (today 2 and 3: ``EXPECTED_*``, so a regression shows before the budget is spent; the INSERT's commit is
+asynchronous, the UPDATE's makes it durable). An answer to an interrupted task runs where accepted too
+(``CONTINUATION_*``).
 """
 
 from __future__ import annotations
@@ -180,6 +181,9 @@ async def test_one_blocking_message_costs_few_statements_and_round_trips(
     round_trips, statements, commits, _commands, detail = await _echo_costs(server)
     assert statements <= PG_STATEMENTS, detail
     assert commits <= PG_COMMITS, detail
+    # The INSERT is told to nobody before the outcome's UPDATE, which makes it durable: it commits asynchronously.
+    [insert] = [line for line in detail.splitlines() if line.startswith("INSERT")]
+    assert "synchronous_commit" in insert, detail
     assert round_trips <= REDIS_ROUND_TRIPS, detail
     assert statements <= EXPECTED_PG_STATEMENTS, detail
     assert round_trips <= EXPECTED_REDIS_ROUND_TRIPS, detail

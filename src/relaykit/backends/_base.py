@@ -202,9 +202,14 @@ class TaskClaims(Protocol):
         ``ConflictError`` and changes nothing, the claim included.
         """
 
-    async def insert_claimed(self, record: TaskRecord, worker: str) -> None:
+    async def insert_claimed(self, record: TaskRecord, worker: str, *, told: bool = True) -> None:
         """``save`` of a new task (``version`` 0) already claimed by ``worker``, in one write: the replica that
-        accepts a message and runs it itself needs no separate claim. ``ConflictError`` when the task exists."""
+        accepts a message and runs it itself needs no separate claim. ``ConflictError`` when the task exists.
+
+        ``told=False``: nobody is told of the task before its next write (its caller waits for the outcome alone),
+        so this write need not be durable on its own: the next one, durable, makes it durable too (PostgreSQL: an
+        asynchronous commit, whose WAL a later synchronous commit flushes with its own). Should the database crash
+        in between, the task is lost unseen, and the execution's next write fails."""
 
     async def claimant(self, task_id: str) -> str | None:
         """The worker currently holding the task (alive or not), ``None`` when unclaimed or missing."""

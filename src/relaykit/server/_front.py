@@ -164,11 +164,16 @@ class Front:
         for other subscribers and resumes). Should this replica die, the store's copy of the request lets another
         worker take the task over, as for a queued message."""
         record = self._submitted(request, call, task_id)
-        await self.store.insert_claimed(record, self.id)
+        outcome_only = _outcome_only(request, streaming)
+        # Told to nobody before the execution's next write (durable): its caller waits for the outcome alone, and
+        # no webhook of the message hears of the task's first state. That write makes this one durable too.
+        config = request.configuration
+        told = not outcome_only or (config is not None and config.task_push_notification_config is not None)
+        await self.store.insert_claimed(record, self.id, told=told)
         self._hold(task_id, True)
         try:
             pending = self.engine.admit_claimed(
-                request, call, record, fresh=True, streaming=streaming, outcome_only=_outcome_only(request, streaming)
+                request, call, record, fresh=True, streaming=streaming, outcome_only=outcome_only
             )
         except BaseException:
             self._hold(task_id, False)

@@ -239,7 +239,7 @@ class MemoryTaskStore:
             )
         self._write(record, True, worker)  # the write and the claim change are one step
 
-    async def insert_claimed(self, record: TaskRecord, worker: str) -> None:
+    async def insert_claimed(self, record: TaskRecord, worker: str, *, told: bool = True) -> None:
         if record.version != 0:
             raise ValueError(f"task {record.task.id}: insert_claimed stores a new task (version 0)")
         self._write(record, True, worker)  # the insert and the claim are one step

@@ -29,6 +29,12 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   ``UPDATE … WHERE id = $ AND version = $ AND tenant = $ AND owner = $``; zero rows ⇒ ``ConflictError``. Task
   writes that wait behind others of their kind go as one ``unnest`` statement, each caller told its own row's
   outcome (``_batch``).
+* **A task found by id costs the same however many are stored.** asyncpg prepares every statement, and a prepared
+  statement may keep a plan made from its first executions' statistics (a new namespace's: an empty table). So the
+  one-row statements check the scope in a form no index can serve (only the primary key finds the row), and the
+  store refreshes the tasks table's statistics (ANALYZE) after it created 1,000 tasks and at every doubling since,
+  which re-plans the combined writes' joins: needed with autovacuum off, and in autovacuum's first minute otherwise
+  (``tests/backends/test_pg_plans.py``).
 * **Same order and cursor as every store.** ``status_ts`` is ``_paging.sort_key`` in µs; ids (and every key
   column) use ``COLLATE "C"``, i.e. byte order, which for UTF-8 is Python's ``str`` order, so the keyset
   ``(status_ts, id) < cursor`` means exactly what it means in SQLite and memory, and page tokens are

@@ -143,6 +143,13 @@ class PostgresTaskStore(AttachedStore[Database]):
             f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request, "
             "worker) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING"
         )
+        # The same for a task nobody is told of before its next write (``insert_claimed(told=False)``): committed
+        # asynchronously (set_config local to the statement's own transaction: no WAL flush, no fsync of its own).
+        untold = "WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL"
+        self._sql_insert_claimed_untold = (
+            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request, "
+            f"worker) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 {untold} ON CONFLICT (id) DO NOTHING"
+        )
         # Scope in the WHERE clause too: a record can never move a task to another tenant or owner.
         self._sql_update = (
             f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9, "
@@ -164,6 +171,11 @@ class PostgresTaskStore(AttachedStore[Database]):
             f"INSERT INTO {t} ({into}, worker) SELECT {picked}, u.worker "
             f"FROM {_unnest((('request', 'bytea'), ('worker', 'text')))} ON CONFLICT (id) DO NOTHING RETURNING id"
         )
+        sql_inserts_claimed_untold = (
+            f"INSERT INTO {t} ({into}, worker) SELECT {picked}, u.worker "
+            f"FROM {_unnest((('request', 'bytea'), ('worker', 'text')))} {untold} ON CONFLICT (id) DO NOTHING "
+            "RETURNING id"
+        )
         # Joined on the id: with the statistics of a table that has grown (``_grown``), each row is found through the
         # primary key; a hash join over the whole table is what a plan made on a small table does.
         match = "o.id = u.id AND o.tenant = u.tenant AND o.owner = u.owner AND o.version = u.expected"
@@ -177,6 +189,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         )
         self._inserts = self._combiner(self._sql_insert, sql_inserts)
         self._inserts_claimed = self._combiner(self._sql_insert_claimed, sql_inserts_claimed)
+        self._inserts_claimed_untold = self._combiner(self._sql_insert_claimed_untold, sql_inserts_claimed_untold)
         self._updates = self._combiner(self._sql_update, sql_updates)
         self._updates_claimed = self._combiner(self._sql_update_claimed, sql_updates_claimed)
         self._sql_delete = f"DELETE FROM {t} WHERE id = $1 AND {_SCOPE}"
@@ -529,13 +542,14 @@ class PostgresTaskStore(AttachedStore[Database]):
             raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
         record.version = version + 1
 
-    async def insert_claimed(self, record: TaskRecord, worker: str) -> None:
+    async def insert_claimed(self, record: TaskRecord, worker: str, *, told: bool = True) -> None:
         task_id = record.task.id
         if record.version != 0:
             raise ValueError(f"task {task_id}: insert_claimed stores a new task (version 0)")
         if has_nul(worker):
             raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
-        if not await self._inserts_claimed.write((*self._row(record), record.request, worker)):
+        inserts = self._inserts_claimed if told else self._inserts_claimed_untold
+        if not await inserts.write((*self._row(record), record.request, worker)):
             raise ConflictError(f"task {task_id} already exists")
         self._grown()
         record.version = 1
