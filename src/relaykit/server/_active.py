@@ -20,7 +20,18 @@ from relaykit.server._context import CallContext, RequestContext
 if TYPE_CHECKING:
     from relaykit.server._recent import Seen
 
-__all__ = ["ActiveTask", "PendingRequest", "visible"]
+__all__ = ["ActiveTask", "PendingRequest", "brings_push_config", "outcome_only", "visible"]
+
+
+def outcome_only(configuration: SendMessageConfiguration | None, streaming: bool) -> bool:
+    """Whether a message's caller waits for its outcome alone: blocking, not returnImmediately, not a stream. Nobody
+    is then answered with the new task's first snapshot (``Recorder._create``)."""
+    return not streaming and not (configuration is not None and configuration.return_immediately)
+
+
+def brings_push_config(configuration: SendMessageConfiguration | None) -> bool:
+    """Whether the message carries a push config inline: its webhook hears of the task from its first state on."""
+    return configuration is not None and configuration.task_push_notification_config is not None
 
 
 class PendingRequest:

@@ -34,7 +34,7 @@ from relaykit._state import ACTIVE, INTERRUPTED, TERMINAL
 from relaykit._types import Message, Task, TaskStatus, TaskStatusUpdateEvent, stream_json
 from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends.redis import RedisWorkQueue, WorkItem
-from relaykit.server._active import visible
+from relaykit.server._active import brings_push_config, outcome_only, visible
 from relaykit.server._context import CallContext
 from relaykit.server._readers import EventStream, StreamItem
 from relaykit.server._runner import accept_continuation
@@ -103,12 +103,6 @@ def requeued(record: TaskRecord, *, fresh: bool) -> WorkItem | None:
     return WorkItem(record.task.id, record.tenant, record.owner, request, call, fresh)
 
 
-def _outcome_only(request: SendMessageRequest, streaming: bool) -> bool:
-    """Whether the caller of a message run here waits for its outcome alone (blocking, not returnImmediately)."""
-    config = request.configuration
-    return not streaming and not (config is not None and config.return_immediately)
-
-
 class Front:
     """Mixed into ``Cluster``: the accepting side."""
 
@@ -164,16 +158,15 @@ class Front:
         for other subscribers and resumes). Should this replica die, the store's copy of the request lets another
         worker take the task over, as for a queued message."""
         record = self._submitted(request, call, task_id)
-        outcome_only = _outcome_only(request, streaming)
+        config = request.configuration
+        alone = outcome_only(config, streaming)
         # Told to nobody before the execution's next write (durable): its caller waits for the outcome alone, and
         # no webhook of the message hears of the task's first state. That write makes this one durable too.
-        config = request.configuration
-        told = not outcome_only or (config is not None and config.task_push_notification_config is not None)
-        await self.store.insert_claimed(record, self.id, told=told)
+        await self.store.insert_claimed(record, self.id, told=not alone or brings_push_config(config))
         self._hold(task_id, True)
         try:
             pending = self.engine.admit_claimed(
-                request, call, record, fresh=True, streaming=streaming, outcome_only=outcome_only
+                request, call, record, fresh=True, streaming=streaming, outcome_only=alone
             )
         except BaseException:
             self._hold(task_id, False)
@@ -211,9 +204,8 @@ class Front:
             return None
         try:
             accept_continuation(message, task.id, task.context_id, task)
-            pending = self.engine.admit_claimed(
-                request, call, claim.record, streaming=streaming, outcome_only=_outcome_only(request, streaming)
-            )
+            alone = outcome_only(request.configuration, streaming)
+            pending = self.engine.admit_claimed(request, call, claim.record, streaming=streaming, outcome_only=alone)
         except BaseException:
             await self._release(task_id)
             raise

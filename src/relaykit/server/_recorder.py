@@ -37,7 +37,7 @@ from relaykit._types import Message, Part, Task, TaskArtifactUpdateEvent, TaskSt
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import EventBus
 from relaykit.backends.memory import LocalEventBus
-from relaykit.server._active import ActiveTask, PendingRequest
+from relaykit.server._active import ActiveTask, PendingRequest, brings_push_config
 from relaykit.server._queue import Event
 from relaykit.server._readers import copy_task
 
@@ -307,8 +307,7 @@ class Recorder:
             return True
         if self.on_event is None:
             return False
-        config = pending.configuration
-        return config is not None and config.task_push_notification_config is not None
+        return brings_push_config(pending.configuration)
 
     def _write_deferred(self, active: ActiveTask, record: TaskRecord) -> None:
         """The deferred first write, unless the runner wrote since. It runs beside the runner, so it writes a copy

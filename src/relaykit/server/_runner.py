@@ -35,7 +35,7 @@ from relaykit._requests import SendMessageRequest
 from relaykit._state import INTERRUPTED, TERMINAL
 from relaykit._types import Message, Task
 from relaykit.backends._base import TaskRecord
-from relaykit.server._active import ActiveTask, PendingRequest
+from relaykit.server._active import ActiveTask, PendingRequest, outcome_only
 from relaykit.server._cancel import Cancellation
 from relaykit.server._context import ANONYMOUS, CallContext, RequestContext
 from relaykit.server._queue import EventQueue
@@ -157,7 +157,7 @@ class Runner(Cancellation):
         pending = PendingRequest(message, config, request.metadata, call, streaming=streaming)
         # A blocking caller waits for the outcome alone: the first snapshot need not be written before the agent
         # goes on (``Recorder._create``).
-        pending.outcome_only = not streaming and not (config is not None and config.return_immediately)
+        pending.outcome_only = outcome_only(config, streaming)
         if self.telemetry is not None:
             pending.trace = self.telemetry.capture()
         self._enqueue(active, pending)
