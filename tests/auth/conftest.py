@@ -26,6 +26,7 @@ import uvicorn
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from support.credential_watch import credential_watch, pytest_sessionfinish  # noqa: F401  (no credential in any log)
+from support.servers import free_port
 
 from relaykit.client import Client
 from relaykit.grpc import GrpcServer
@@ -150,12 +151,6 @@ def _listening() -> socket.socket:
     return sock
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 async def agent() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
     stack = AsyncExitStack()
@@ -171,7 +166,7 @@ async def agent() -> AsyncIterator[Callable[..., Awaitable[Served]]]:
     ) -> Served:
         sock = _listening()
         port = sock.getsockname()[1]
-        grpc_port = _free_port()
+        grpc_port = free_port()
         url = f"{scheme}://{HOST}:{port}"
         options.setdefault("store", "memory")
         options.setdefault("grace", 0.5)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +25,7 @@ if os.environ.get("CI", "").strip().lower() not in ("1", "true", "yes"):
     pytest.importorskip("asyncpg", reason="asyncpg is not installed (pip install 'relaykit[postgres]')")
 
 import asyncpg
+from support.servers import free_port
 
 import relaykit
 from relaykit._enums import TaskState
@@ -108,12 +108,6 @@ async def wait_until_dropped(url: str, store: PostgresTaskStore) -> None:
         guard = store._db._lock_conn
         while guard is not None and not guard.is_closed():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def child_env() -> dict[str, str]:

@@ -51,7 +51,7 @@ async def grpc_agent() -> AsyncIterator[Callable[..., Any]]:
             server = GrpcServer(app, host=HOST, port=int(address.rsplit(":", 1)[1]))
             try:
                 await server.start()
-            except (OSError, RuntimeError) as exc:
+            except OSError as exc:
                 error = exc
                 await app.state.relaykit.stop()
                 continue

@@ -7,6 +7,7 @@ bounded.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -307,3 +308,22 @@ async def test_health_and_reflection(grpc_agent: Callable[..., Any]) -> None:
         assert answer.status == health_pb2.HealthCheckResponse.NOT_SERVING
     finally:
         await channel.close()
+
+
+async def test_a_port_taken_by_another_listener_is_one_clear_oserror() -> None:
+    # gRPC binds with SO_REUSEPORT, so a port held by a socket without it (any other server) is refused; grpcio says
+    # only "Failed to bind", as a RuntimeError in some versions and a 0 return in others: one OSError either way.
+    from relaykit.http import create_app
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        app = create_app(Interop(), store="memory")
+        server = GrpcServer(app, host="127.0.0.1", port=port)
+        try:
+            with pytest.raises(OSError, match=rf"cannot serve gRPC on 127\.0\.0\.1:{port}: the port is in use"):
+                await server.start()
+            assert server.server is None
+        finally:
+            await app.state.relaykit.stop()

@@ -26,6 +26,7 @@ import contextlib
 import functools
 import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -60,9 +61,39 @@ class ServerNotReady(RuntimeError):
     """A process did not answer its ready URL in time, or exited first (the message carries its log tail)."""
 
 
+def _port_range() -> range:
+    """Ports below the kernel's ephemeral range (from 15000): no outgoing connection is ever given one of them."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    return range(15000, low) if low > 16000 else range(0)
+
+
+_PORTS = _port_range()
+# A random start per process: two test processes on one machine walk different parts of the range.
+_next_port = itertools.count(random.randrange(len(_PORTS))) if _PORTS else None
+
+
 def free_port() -> int:
-    """A port that was free a moment ago (bind 127.0.0.1:0 and read what the kernel chose)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """A port that was free a moment ago and that nothing else in this machine is about to be given.
+
+    A port the kernel picks for ``bind(0)`` comes from the ephemeral range, the one outgoing connections take their
+    local port from: between closing the probe and the server binding it, any connection (a client, a test's own
+    httpx call) may take it, and the server fails with EADDRINUSE. Ports below that range are handed out by no one
+    but us, walked in turn (never the same one twice in a row) and probed without ``SO_REUSEADDR`` so a port still
+    in TIME_WAIT is skipped too.
+    """
+    if _next_port is not None:
+        for _ in range(256):
+            port = _PORTS[next(_next_port) % len(_PORTS)]
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((HOST, port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # no usable range: the kernel's choice
         sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
 

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support.asgi import lifespan, read_body, respond
+from support.servers import free_port
 
 from relaykit import agent
 from relaykit.assembly import assemble
@@ -113,12 +114,8 @@ class Served:
 @contextlib.asynccontextmanager
 async def serve_agent(telemetry: Telemetry, **options: Any) -> AsyncIterator[Served]:
     """``demo`` assembled with ``telemetry``, served over JSON-RPC, HTTP+JSON and gRPC."""
-    grpc_sock = _bound()
-    grpc_port = grpc_sock.getsockname()[1]
-    grpc_sock.close()  # gRPC binds it itself (SO_REUSEPORT off): a port just released by us
-    http_sock = _bound()
-    http_port = http_sock.getsockname()[1]
-    http_sock.close()
+    grpc_port = free_port()  # gRPC and uvicorn bind them themselves
+    http_port = free_port()
     options.setdefault("push_allow", ("127.0.0.1",))
     server = assemble(
         demo,

@@ -140,10 +140,13 @@ def _task(task: Task) -> dict[str, Any]:
 
 async def run(url: str, transport: str) -> dict[str, Any]:
     report: dict[str, Any] = {}
-    port = _free_port()
-    hook = f"http://127.0.0.1:{port}/hook"
-    server = uvicorn.Server(uvicorn.Config(_webhook, host="127.0.0.1", port=port, log_level="warning"))
-    serving = asyncio.create_task(server.serve())
+    # Bound here and handed to uvicorn: a port probed then released could be taken before uvicorn binds it.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # a push that comes early waits in the backlog
+    hook = f"http://127.0.0.1:{sock.getsockname()[1]}/hook"
+    server = uvicorn.Server(uvicorn.Config(_webhook, log_level="warning"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
     http = httpx.AsyncClient(timeout=STEP)
     try:
         card = await A2ACardResolver(http, url).get_agent_card()
@@ -328,12 +331,6 @@ def _iface(card: Any, transport: str) -> str:
         if interface.transport == transport:
             return str(interface.url)
     raise LookupError(f"the card lists no {transport} interface")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 if __name__ == "__main__":

@@ -307,9 +307,9 @@ def run_serve(args: argparse.Namespace) -> int:
             server.grpc = GrpcServer(app, host=args.host, port=args.grpc_port, credentials=grpc_credentials(args))
             try:
                 await server.grpc.start()
-            except (OSError, RuntimeError) as exc:
+            except OSError as exc:  # GrpcServer's message names the address and why
                 await app.state.relaykit.stop()
-                raise CliError(f"cannot serve gRPC on {args.host}:{args.grpc_port}: {exc}") from exc
+                raise CliError(str(exc)) from exc
             print(f"relaykit: gRPC (lf.a2a.v1.A2AService) on {args.host}:{args.grpc_port}", flush=True)
         scrape = await _serve_metrics_port(app, metrics_sock, args)
         freeze_startup_heap()

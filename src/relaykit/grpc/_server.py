@@ -158,12 +158,16 @@ class GrpcServer:
             _add_file(_reflection_pb2.DESCRIPTOR)
             services.append(reflection.SERVICE_NAME)
             reflection.enable_server_reflection(services, server, pool=POOL)
-        if self.credentials is not None:
-            bound = server.add_secure_port(f"{self.host}:{self.port}", self.credentials)
-        else:
-            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        address = f"{self.host}:{self.port}"
+        try:
+            if self.credentials is not None:
+                bound = server.add_secure_port(address, self.credentials)
+            else:
+                bound = server.add_insecure_port(address)
+        except RuntimeError:  # grpcio >= 1.60 raises where older versions returned 0; one error type either way
+            bound = 0
         if not bound:
-            raise OSError(f"cannot listen for gRPC on {self.host}:{self.port}")
+            raise OSError(f"cannot serve gRPC on {address}: the port is in use, or the host is not this machine's")
         self.port = int(bound)
         await server.start()
         self.server = server
