@@ -679,10 +679,11 @@ async def test_server_outage_then_recovery(postgres_url: str, pg_namespace: str)
 async def test_an_untold_insert_is_not_flushed_on_its_own_and_its_next_write_flushes_it(
     postgres_url: str, pg_namespace: str
 ) -> None:
-    """``insert_claimed(told=False)`` commits asynchronously: right after it, the server's WAL is not flushed as far
-    as it was written (the WAL writer flushes it within ~200 ms), as it always is right after a told (synchronous)
-    insert. The next synchronous write flushes both. The WAL position is the server's, so nothing else may write
-    meanwhile: this namespace's store is the only writer during the test (its heartbeat aside, which runs before)."""
+    """``insert_claimed(told=False)``, once sent on its own (here: a read of the task through the store settles it),
+    commits asynchronously: right after it, the server's WAL is not flushed as far as it was written (the WAL writer
+    flushes it within ~200 ms), as it always is right after a told (synchronous) insert. The next synchronous write
+    flushes both. The WAL position is the server's, so nothing else may write meanwhile: this namespace's store is
+    the only writer during the test (its heartbeat aside, which runs before)."""
     lagging = "SELECT pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()"
     async with opened(postgres_url, pg_namespace, exclusive=False) as store, admin(postgres_url) as conn:
         await store.heartbeat("w1", 60.0)
@@ -692,6 +693,7 @@ async def test_an_untold_insert_is_not_flushed_on_its_own_and_its_next_write_flu
             told_lag += bool(await conn.fetchval(lagging))
             record = TaskRecord(make_task(f"untold-{n}", state=TaskState.SUBMITTED))
             await store.insert_claimed(record, "w1", told=False)
+            assert await store.claimant(f"untold-{n}") == "w1"  # a read through the store: the insert goes now
             untold_lag += bool(await conn.fetchval(lagging))
             record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=BASE)
             record.body = None
@@ -700,3 +702,82 @@ async def test_an_untold_insert_is_not_flushed_on_its_own_and_its_next_write_flu
     assert told_lag == 0
     # Each untold insert would have to race the WAL writer's 200 ms wake-up to the query, twenty times in a row.
     assert untold_lag > 0
+
+
+async def stored_row(conn: Any, namespace: str, task_id: str) -> Any:
+    return await conn.fetchrow(f"SELECT state, version, worker FROM {namespace}_tasks WHERE id = $1", task_id)
+
+
+async def test_an_untold_task_answered_at_once_is_stored_by_one_insert_of_its_outcome(
+    postgres_url: str, pg_namespace: str
+) -> None:
+    """A task nobody is told of is not inserted at once: its next write, within ``UNTOLD_DELAY``, inserts it as it
+    then is (the outcome, released), one statement and one synchronous commit instead of two writes."""
+    async with opened(postgres_url, pg_namespace, exclusive=False) as store, admin(postgres_url) as conn:
+        await store.heartbeat("w1", 60.0)
+        record = TaskRecord(make_task("quick", state=TaskState.SUBMITTED), "acme", "alice")
+        await store.insert_claimed(record, "w1", told=False)
+        assert await stored_row(conn, pg_namespace, "quick") is None  # not yet in the table
+        before = await conn.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=BASE)
+        record.body = None
+        await store.save_claimed(record, None)
+        row = await stored_row(conn, pg_namespace, "quick")
+        assert (row["state"], row["version"], row["worker"]) == ("TASK_STATE_COMPLETED", 2, None)
+        stored = await store.get("quick", tenant="acme", owner="alice")
+        assert stored is not None
+        assert stored.version == 2 == record.version
+        assert stored.task.status.state is TaskState.COMPLETED
+        after = await conn.fetchval("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        # The store's insert and read, and this connection's own two statistics reads at most (the statistics
+        # collector may lag, so no lower bound): never a second write.
+        assert after - before <= 4
+        # Another scope's record cannot carry it: it stays the insert it was, for its own scope.
+        other = TaskRecord(make_task("scoped", state=TaskState.SUBMITTED), "acme", "alice")
+        await store.insert_claimed(other, "w1", told=False)
+        intruder = TaskRecord(make_task("scoped", state=TaskState.COMPLETED), "acme", "mallory", version=1)
+        with pytest.raises(ConflictError):
+            await store.save_claimed(intruder, None)
+        assert not await store.delete("scoped", tenant="acme", owner="mallory")
+        row = await stored_row(conn, pg_namespace, "scoped")
+        assert (row["state"], row["version"], row["worker"]) == ("TASK_STATE_SUBMITTED", 1, "w1")
+
+
+async def test_an_untold_task_still_running_after_the_delay_is_inserted_on_its_own(
+    postgres_url: str, pg_namespace: str
+) -> None:
+    """Nothing else happening: the put-off insert goes by itself once ``UNTOLD_DELAY`` has passed, claimed, and the
+    task's later write is an ordinary update."""
+    async with opened(postgres_url, pg_namespace, exclusive=False) as store, admin(postgres_url) as conn:
+        await store.heartbeat("w1", 60.0)
+        record = TaskRecord(make_task("slow", state=TaskState.SUBMITTED))
+        await store.insert_claimed(record, "w1", told=False)
+        async with asyncio.timeout(WAIT):
+            while (row := await stored_row(conn, pg_namespace, "slow")) is None:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # another connection's view: polled, bounded by WAIT
+        assert (row["state"], row["version"], row["worker"]) == ("TASK_STATE_SUBMITTED", 1, "w1")
+        record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=BASE)
+        record.body = None
+        await store.save_claimed(record, None)
+        row = await stored_row(conn, pg_namespace, "slow")
+        assert (row["state"], row["version"], row["worker"]) == ("TASK_STATE_COMPLETED", 2, None)
+
+
+async def test_this_store_sees_an_untold_task_at_once_and_stores_it_when_it_closes(
+    postgres_url: str, pg_namespace: str
+) -> None:
+    """Every read through the store that put an insert off sees the task (a listing settles them all), a delete of
+    it means it is never stored, and closing the store stores what is left."""
+    async with admin(postgres_url) as conn:
+        async with opened(postgres_url, pg_namespace, exclusive=False) as store:
+            for name in ("listed", "fetched", "deleted", "left"):
+                await store.insert_claimed(TaskRecord(make_task(name, state=TaskState.SUBMITTED)), "w1", told=False)
+            assert await store.delete("deleted")
+            page = await store.list(TaskQuery(page_size=10))
+            assert {task.id for task in page.tasks} == {"listed", "fetched", "left"}
+            fetched = await store.get("fetched")
+            assert fetched is not None
+            assert fetched.version == 1
+            await store.insert_claimed(TaskRecord(make_task("closing", state=TaskState.SUBMITTED)), "w1", told=False)
+        ids = {row["id"] for row in await conn.fetch(f"SELECT id FROM {pg_namespace}_tasks")}
+        assert ids == {"listed", "fetched", "left", "closing"}

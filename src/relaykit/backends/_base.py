@@ -207,9 +207,11 @@ class TaskClaims(Protocol):
         accepts a message and runs it itself needs no separate claim. ``ConflictError`` when the task exists.
 
         ``told=False``: nobody is told of the task before its next write (its caller waits for the outcome alone),
-        so this write need not be durable on its own: the next one, durable, makes it durable too (PostgreSQL: an
-        asynchronous commit, whose WAL a later synchronous commit flushes with its own). Should the database crash
-        in between, the task is lost unseen, and the execution's next write fails."""
+        so this write need not be durable on its own, nor even made yet: the next one, durable, makes it durable
+        too. PostgreSQL puts the insert off for a few milliseconds, so that a task answered at once is inserted
+        once, as answered, and otherwise commits it asynchronously (a later synchronous commit flushes its WAL with
+        its own); this store's own reads of the task see it either way. Should the database or the process crash
+        in between, the task is lost unseen, and its caller gets an error, not an answer."""
 
     async def claimant(self, task_id: str) -> str | None:
         """The worker currently holding the task (alive or not), ``None`` when unclaimed or missing."""

@@ -161,7 +161,8 @@ class Front:
         config = request.configuration
         alone = outcome_only(config, streaming)
         # Told to nobody before the execution's next write (durable): its caller waits for the outcome alone, and
-        # no webhook of the message hears of the task's first state. That write makes this one durable too.
+        # no webhook of the message hears of the task's first state. That write makes this one durable too, and may
+        # carry it (PostgreSQL puts it off: a task answered at once is stored by one INSERT of its outcome).
         await self.store.insert_claimed(record, self.id, told=not alone or brings_push_config(config))
         self._hold(task_id, True)
         try:

@@ -53,11 +53,16 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   (``expires_at > now()``), never a replica's, so clock skew between replicas cannot make a live worker look
   dead. ``claim`` is one statement (the row locked, the holder's liveness checked, the claim written, the version
   bumped); ``save`` leaves the column alone; ``save_claimed`` sets it in the update that writes the task.
+* **A task nobody is told of is inserted late.** ``insert_claimed(told=False)`` (a caller waiting for the outcome
+  alone) puts the insert off for 50 ms: the task's next write, when it comes first, inserts the task as it then is
+  (one statement per quickly answered message); else the insert goes alone, asynchronously committed. Every
+  operation of this store on the task settles it first, and ``list`` settles them all (``_untold``).
 
 Modules: this one states the invariants and exports the public names; ``_db`` the pool, the guard, outage mapping
 and administration (``upgrade``, ``drop_namespace``); ``_schema`` the schema version and migrations; ``_tasks``
-``PostgresTaskStore``; ``_batch`` its write combining; ``_push`` ``PostgresPushConfigStore``; ``_outbox``
-``PostgresPushOutbox`` (the durable push outbox, schema version 3); ``_leases`` its cross-replica stream leases.
+``PostgresTaskStore``; ``_batch`` its write combining; ``_untold`` its put-off inserts; ``_push``
+``PostgresPushConfigStore``; ``_outbox`` ``PostgresPushOutbox`` (the durable push outbox, schema version 3);
+``_leases`` its cross-replica stream leases.
 asyncpg is imported with this package: ``relaykit.backends`` imports it only when a PostgreSQL store is used.
 """
 

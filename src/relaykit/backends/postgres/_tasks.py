@@ -29,6 +29,7 @@ from relaykit.backends._paging import (
 )
 from relaykit.backends.postgres._batch import Row, WriteCombiner
 from relaykit.backends.postgres._db import CONNECT_TIMEOUT, Database, columns, has_nul, rowcount
+from relaykit.backends.postgres._untold import UntoldInserts
 
 __all__ = ["PostgresTaskStore"]
 
@@ -139,9 +140,11 @@ class PostgresTaskStore(AttachedStore[Database]):
             f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request, "
             f"lean) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, {lean('$9')}) ON CONFLICT (id) DO NOTHING"
         )
+        # With its lean column: it also writes a task as it is after its put-off insert (``_carry``), answer included.
         self._sql_insert_claimed = (
             f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request, "
-            "worker) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING"
+            f"worker, lean) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, {lean('$9')}) "
+            "ON CONFLICT (id) DO NOTHING"
         )
         # The same for a task nobody is told of before its next write (``insert_claimed(told=False)``): committed
         # asynchronously (set_config local to the statement's own transaction: no WAL flush, no fsync of its own).
@@ -168,7 +171,7 @@ class PostgresTaskStore(AttachedStore[Database]):
             f"FROM {_unnest((('request', 'bytea'),))} ON CONFLICT (id) DO NOTHING RETURNING id"
         )
         sql_inserts_claimed = (
-            f"INSERT INTO {t} ({into}, worker) SELECT {picked}, u.worker "
+            f"INSERT INTO {t} ({into}, worker, lean) SELECT {picked}, u.worker, {lean('u.body')} "
             f"FROM {_unnest((('request', 'bytea'), ('worker', 'text')))} ON CONFLICT (id) DO NOTHING RETURNING id"
         )
         sql_inserts_claimed_untold = (
@@ -189,7 +192,8 @@ class PostgresTaskStore(AttachedStore[Database]):
         )
         self._inserts = self._combiner(self._sql_insert, sql_inserts)
         self._inserts_claimed = self._combiner(self._sql_insert_claimed, sql_inserts_claimed)
-        self._inserts_claimed_untold = self._combiner(self._sql_insert_claimed_untold, sql_inserts_claimed_untold)
+        # Put off first, in the hope that the task's next write carries it (``_untold``).
+        self._untold = UntoldInserts(self._combiner(self._sql_insert_claimed_untold, sql_inserts_claimed_untold).write)
         self._updates = self._combiner(self._sql_update, sql_updates)
         self._updates_claimed = self._combiner(self._sql_update_claimed, sql_updates_claimed)
         self._sql_delete = f"DELETE FROM {t} WHERE id = $1 AND {_SCOPE}"
@@ -261,6 +265,7 @@ class PostgresTaskStore(AttachedStore[Database]):
     async def get(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> TaskRecord | None:
         if has_nul(task_id, tenant, owner):
             return None
+        await self._untold.settle(task_id)
 
         async def job(conn: Any) -> Any:
             return await conn.fetchrow(self._sql_get, task_id, tenant, owner)
@@ -294,12 +299,22 @@ class PostgresTaskStore(AttachedStore[Database]):
         args = self._row(record)
 
         if version == 0:
-            if not await self._inserts.write((*args, record.request)):
+            if task_id in self._untold or not await self._inserts.write((*args, record.request)):
                 raise ConflictError(f"task {task_id} already exists")
             self._grown()
-        elif not await self._updates.write((*args, version)):
-            raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
+        elif (untold := self._untold.take(task_id, record.tenant, record.owner) if version == 1 else None) is not None:
+            await self._carry(record, untold, untold[-1])  # still claimed by the worker it was inserted for
+        else:
+            await self._untold.settle(task_id)
+            if not await self._updates.write((*args, version)):
+                raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
         record.version = version + 1
+
+    async def _carry(self, record: TaskRecord, untold: Row, worker: str | None) -> None:
+        """Write a task whose insert was put off (``_untold``) as one INSERT of it as it now is: synchronously
+        committed, as every write but that first one."""
+        if not await self._inserts_claimed.write((*self._row(record), untold[-2], worker)):
+            raise ConflictError(f"task {record.task.id} already exists")
 
     def _grown(self) -> None:
         """A task was created through this store. At ``ANALYZE_FIRST`` and at every doubling since, the table's
@@ -324,6 +339,10 @@ class PostgresTaskStore(AttachedStore[Database]):
             log.warning("could not refresh the statistics of %s: %s", self._table, exc)
 
     async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._untold.settle_all()
+        for task_id in self._untold.forget():
+            log.warning("task %s: never stored (the store closed while PostgreSQL was unavailable)", task_id)
         analyzing, self._analyzing = self._analyzing, None
         if analyzing is not None and not analyzing.done():
             analyzing.cancel()
@@ -356,6 +375,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         if has_nul(query.tenant, query.owner, query.context_id):
             return ListPage()
         sql, params = self.list_statement(query, after)
+        await self._untold.settle_all()  # this replica lists every task it stored
 
         async def job(conn: Any) -> list[Any]:
             return list(await conn.fetch(sql, *params))
@@ -419,6 +439,9 @@ class PostgresTaskStore(AttachedStore[Database]):
     async def delete(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
         if has_nul(task_id, tenant, owner):
             return False
+        if self._untold.take(task_id, tenant, owner) is not None:
+            return True  # never stored, now never will be
+        await self._untold.settle(task_id)
 
         async def job(conn: Any) -> str:
             return str(await conn.execute(self._sql_delete, task_id, tenant, owner))
@@ -433,6 +456,7 @@ class PostgresTaskStore(AttachedStore[Database]):
             f"status_ts FROM {self._table} WHERE state = ANY($1::text[]) AND status_ts >= $2 LIMIT $3"
         )
         states = [state.value for state in TaskState]
+        await self._untold.settle_all()
 
         async def job(conn: Any) -> builtins.list[Any]:
             return list(await conn.fetch(sql, states, timestamp_us(since), limit))
@@ -512,6 +536,7 @@ class PostgresTaskStore(AttachedStore[Database]):
             raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
         if has_nul(task_id, tenant, owner):
             return None
+        await self._untold.settle(task_id)
 
         async def job(conn: Any) -> Any:
             return await conn.fetchrow(self._sql_claim, task_id, tenant, owner, worker, request)
@@ -526,6 +551,7 @@ class PostgresTaskStore(AttachedStore[Database]):
     async def release(self, task_id: str, worker: str) -> None:
         if has_nul(task_id, worker):
             return
+        await self._untold.settle(task_id)
 
         async def job(conn: Any) -> None:
             await conn.execute(self._sql_release, task_id, worker)
@@ -538,8 +564,12 @@ class PostgresTaskStore(AttachedStore[Database]):
             raise ValueError(f"task {task_id}: a claimed task is stored already (save_claimed updates, never inserts)")
         if worker is not None and has_nul(worker):
             raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
-        if not await self._updates_claimed.write((*self._row(record), version, worker)):
-            raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
+        if (untold := self._untold.take(task_id, record.tenant, record.owner) if version == 1 else None) is not None:
+            await self._carry(record, untold, worker)
+        else:
+            await self._untold.settle(task_id)
+            if not await self._updates_claimed.write((*self._row(record), version, worker)):
+                raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
         record.version = version + 1
 
     async def insert_claimed(self, record: TaskRecord, worker: str, *, told: bool = True) -> None:
@@ -548,15 +578,21 @@ class PostgresTaskStore(AttachedStore[Database]):
             raise ValueError(f"task {task_id}: insert_claimed stores a new task (version 0)")
         if has_nul(worker):
             raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
-        inserts = self._inserts_claimed if told else self._inserts_claimed_untold
-        if not await inserts.write((*self._row(record), record.request, worker)):
+        row = (*self._row(record), record.request, worker)
+        if task_id in self._untold:
             raise ConflictError(f"task {task_id} already exists")
+        if told:
+            if not await self._inserts_claimed.write(row):
+                raise ConflictError(f"task {task_id} already exists")
+        else:
+            self._untold.add(task_id, row)  # its next write carries it, or it goes on its own (``_untold``)
         self._grown()
         record.version = 1
 
     async def claimant(self, task_id: str) -> str | None:
         if has_nul(task_id):
             return None
+        await self._untold.settle(task_id)
 
         async def job(conn: Any) -> Any:
             return await conn.fetchval(self._sql_claimant, task_id)
