@@ -683,11 +683,12 @@ async def test_an_untold_insert_is_not_flushed_on_its_own_and_its_next_write_flu
     commits asynchronously: right after it, the server's WAL is not flushed as far as it was written (the WAL writer
     flushes it within ~200 ms), as it always is right after a told (synchronous) insert. The next synchronous write
     flushes both. The WAL position is the server's, so nothing else may write meanwhile: this namespace's store is
-    the only writer during the test (its heartbeat aside, which runs before)."""
+    the only writer during the test (its heartbeat aside, which runs before); the server's own background writes (a
+    checkpoint after a heavy run) may still move it during a check or two, so two of twenty are let pass."""
     lagging = "SELECT pg_current_wal_flush_lsn() < pg_current_wal_insert_lsn()"
     async with opened(postgres_url, pg_namespace, exclusive=False) as store, admin(postgres_url) as conn:
         await store.heartbeat("w1", 60.0)
-        told_lag = untold_lag = 0
+        told_lag = untold_lag = flushed_lag = 0
         for n in range(20):
             await store.insert_claimed(TaskRecord(make_task(f"told-{n}", state=TaskState.SUBMITTED)), "w1")
             told_lag += bool(await conn.fetchval(lagging))
@@ -698,10 +699,11 @@ async def test_an_untold_insert_is_not_flushed_on_its_own_and_its_next_write_flu
             record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=BASE)
             record.body = None
             await store.save_claimed(record, None)  # synchronous: flushes the insert's WAL with its own
-            assert not await conn.fetchval(lagging)
-    assert told_lag == 0
-    # Each untold insert would have to race the WAL writer's 200 ms wake-up to the query, twenty times in a row.
-    assert untold_lag > 0
+            flushed_lag += bool(await conn.fetchval(lagging))
+    assert told_lag <= 2
+    assert flushed_lag <= 2
+    # Each untold insert races the WAL writer's 200 ms wake-up to the query, and wins (20 of 20 here).
+    assert untold_lag >= 15
 
 
 async def stored_row(conn: Any, namespace: str, task_id: str) -> Any:
@@ -781,3 +783,28 @@ async def test_this_store_sees_an_untold_task_at_once_and_stores_it_when_it_clos
             await store.insert_claimed(TaskRecord(make_task("closing", state=TaskState.SUBMITTED)), "w1", told=False)
         ids = {row["id"] for row in await conn.fetch(f"SELECT id FROM {pg_namespace}_tasks")}
         assert ids == {"listed", "fetched", "left", "closing"}
+
+
+async def test_an_untold_task_whose_carrying_write_is_lost_is_carried_by_the_retry(
+    postgres_url: str, pg_namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write that was to carry a put-off insert fails as in an outage: the insert stays put off, and the
+    execution's retried write carries it (an update of a row never inserted would conflict, and the task be lost)."""
+
+    class Lost:
+        async def write(self, row: Any) -> bool:
+            raise ServiceUnavailableError("the PostgreSQL store is unavailable: connection lost")
+
+    async with opened(postgres_url, pg_namespace, exclusive=False) as store, admin(postgres_url) as conn:
+        record = TaskRecord(make_task("retried", state=TaskState.SUBMITTED))
+        await store.insert_claimed(record, "w1", told=False)
+        record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=BASE)
+        record.body = None
+        with monkeypatch.context() as patched:
+            patched.setattr(store, "_inserts_claimed", Lost())
+            with pytest.raises(ServiceUnavailableError):
+                await store.save_claimed(record, None)
+        assert record.version == 1
+        await store.save_claimed(record, None)
+        row = await stored_row(conn, pg_namespace, "retried")
+        assert (row["state"], row["version"], row["worker"]) == ("TASK_STATE_COMPLETED", 2, None)

@@ -313,8 +313,16 @@ class PostgresTaskStore(AttachedStore[Database]):
     async def _carry(self, record: TaskRecord, untold: Row, worker: str | None) -> None:
         """Write a task whose insert was put off (``_untold``) as one INSERT of it as it now is: synchronously
         committed, as every write but that first one."""
-        if not await self._inserts_claimed.write((*self._row(record), untold[-2], worker)):
-            raise ConflictError(f"task {record.task.id} already exists")
+        task_id = record.task.id
+        try:
+            written = await self._inserts_claimed.write((*self._row(record), untold[-2], worker))
+        except Exception:
+            # Not written, or not known to be (an outage): put off again, so the retried write carries it (had it
+            # committed after all, that INSERT conflicts, as an update after a lost commit does).
+            self._untold.add(task_id, untold)
+            raise
+        if not written:
+            raise ConflictError(f"task {task_id} already exists")
 
     def _grown(self) -> None:
         """A task was created through this store. At ``ANALYZE_FIRST`` and at every doubling since, the table's
