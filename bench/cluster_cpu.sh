@@ -2,7 +2,7 @@
 # Where the CPU of one scale-out SendMessage goes: start bench/cluster.py with N replicas behind its proxy, drive
 # SendMessage at 16 clients (../shared/bench/a2a_bench.py, a warm-up, then DURATION seconds), and print the CPU per
 # message of the replicas (all of them), PostgreSQL (every server process), Redis and the proxy, read from /proc,
-# with the commits per message (pg_stat_database). Used for bench/README.md's "two replicas at 16 clients".
+# with the commits per message (pg_stat_database). Used for bench/README.md's scale-out table of the CPU per message.
 #
 #     bench/cluster_cpu.sh 1; bench/cluster_cpu.sh 2
 set -euo pipefail

@@ -40,7 +40,7 @@ async def report(text: str) -> str:
 
 
 def test_serve_freezes_its_startup_heap_and_collects_young_objects_at_ten_thousand(tmp_path: Path) -> None:
-    """README "Deploying": the served process tunes the cyclic collector once started (bench/README.md measures it)."""
+    """README "Deploying": the served process tunes the cyclic collector once started (why: bench/README.md)."""
     target = tmp_path / "gc_agent.py"
     target.write_text(GC_AGENT)
     server = start_serve(str(target), tmp_path, cwd=tmp_path)
