@@ -808,3 +808,16 @@ async def test_an_untold_task_whose_carrying_write_is_lost_is_carried_by_the_ret
         await store.save_claimed(record, None)
         row = await stored_row(conn, pg_namespace, "retried")
         assert (row["state"], row["version"], row["worker"]) == ("TASK_STATE_COMPLETED", 2, None)
+
+
+async def test_an_untold_task_carried_by_a_plain_save_stays_claimed(postgres_url: str, pg_namespace: str) -> None:
+    """``save`` (not the claimant's ``save_claimed``) carries a put-off insert too, keeping its claim."""
+    async with opened(postgres_url, pg_namespace, exclusive=False) as store, admin(postgres_url) as conn:
+        record = TaskRecord(make_task("saved", state=TaskState.SUBMITTED))
+        await store.insert_claimed(record, "w1", told=False)
+        record.task.status = TaskStatus(state=TaskState.WORKING, timestamp=BASE)
+        record.body = None
+        await store.save(record)
+        row = await stored_row(conn, pg_namespace, "saved")
+        assert (row["state"], row["version"], row["worker"]) == ("TASK_STATE_WORKING", 2, "w1")
+        assert record.version == 2

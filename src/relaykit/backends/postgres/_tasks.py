@@ -303,19 +303,19 @@ class PostgresTaskStore(AttachedStore[Database]):
                 raise ConflictError(f"task {task_id} already exists")
             self._grown()
         elif (untold := self._untold.take(task_id, record.tenant, record.owner) if version == 1 else None) is not None:
-            await self._carry(record, untold, untold[-1])  # still claimed by the worker it was inserted for
+            await self._carry(args, untold, untold[-1])  # still claimed by the worker it was inserted for
         else:
             await self._untold.settle(task_id)
             if not await self._updates.write((*args, version)):
                 raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
         record.version = version + 1
 
-    async def _carry(self, record: TaskRecord, untold: Row, worker: str | None) -> None:
-        """Write a task whose insert was put off (``_untold``) as one INSERT of it as it now is: synchronously
-        committed, as every write but that first one."""
-        task_id = record.task.id
+    async def _carry(self, args: Row, untold: Row, worker: str | None) -> None:
+        """Write a task whose insert was put off (``_untold``) as one INSERT of it as it now is (``args``: its
+        ``_row``): synchronously committed, as every write but that first one."""
+        task_id = args[0]
         try:
-            written = await self._inserts_claimed.write((*self._row(record), untold[-2], worker))
+            written = await self._inserts_claimed.write((*args, untold[-2], worker))
         except Exception:
             # Not written, or not known to be (an outage): put off again, so the retried write carries it (had it
             # committed after all, that INSERT conflicts, as an update after a lost commit does).
@@ -573,7 +573,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         if worker is not None and has_nul(worker):
             raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
         if (untold := self._untold.take(task_id, record.tenant, record.owner) if version == 1 else None) is not None:
-            await self._carry(record, untold, worker)
+            await self._carry(self._row(record), untold, worker)
         else:
             await self._untold.settle(task_id)
             if not await self._updates_claimed.write((*self._row(record), version, worker)):
