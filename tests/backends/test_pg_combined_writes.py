@@ -76,7 +76,7 @@ class Scripted:
 async def _run_script(script: Scripted, ids: list[str]) -> tuple[WriteCombiner, list[Any]]:
     combiner = WriteCombiner(script.one, script.many)
     writes = [asyncio.create_task(combiner.write((task_id, "body"))) for task_id in ids]
-    # The first LANES go out alone at once; the others wait for a lane.
+    # The first goes out alone at once; the others, issued in the same pass, go together on the second lane.
     await script.until_started(min(LANES, len(ids)))
     async with asyncio.timeout(WAIT):  # each pass lets the statements started so far end
         while not all(write.done() for write in writes):
@@ -85,14 +85,28 @@ async def _run_script(script: Scripted, ids: list[str]) -> tuple[WriteCombiner, 
     return combiner, await asyncio.gather(*writes, return_exceptions=True)
 
 
-async def test_writes_waiting_for_a_lane_go_out_together_and_each_hears_its_own_outcome() -> None:
+async def test_writes_issued_behind_one_in_flight_go_out_together_and_each_hears_its_own_outcome() -> None:
     script = Scripted(refuse=frozenset({"t5"}))
     ids = [f"t{i}" for i in range(10)]
     _, results = await _run_script(script, ids)
     assert results == [task_id != "t5" for task_id in ids]
-    assert [row[0] for row in script.ones] == ids[:LANES]
-    # Everything queued behind the first lanes left as one statement.
-    assert [[row[0] for row in rows] for rows in script.manys] == [ids[LANES:]]
+    assert [row[0] for row in script.ones] == ids[:1]
+    # Everything issued in that pass behind the first write left as one statement, on the lane still free.
+    assert [[row[0] for row in rows] for rows in script.manys] == [ids[1:]]
+
+
+async def test_a_write_behind_one_in_flight_takes_the_free_lane_without_waiting_for_it() -> None:
+    # Held to the end of its pass (so that the writes of the pass go with it), not until the first statement ends.
+    script = Scripted()
+    combiner = WriteCombiner(script.one, script.many)
+    first = asyncio.create_task(combiner.write(("a", "body")))
+    await script.until_started(1)
+    second = asyncio.create_task(combiner.write(("b", "body")))
+    await script.until_started(2)  # while "a" is still in flight
+    assert not first.done()
+    assert [row[0] for row in script.ones] == ["a", "b"]
+    script.finish_all()
+    assert await asyncio.wait_for(asyncio.gather(first, second), WAIT) == [True, True]
 
 
 async def test_one_writer_at_a_time_never_waits_or_combines() -> None:
@@ -112,13 +126,13 @@ async def test_a_task_written_twice_in_one_wait_goes_in_two_statements() -> None
     ids = ["a", "b", "x", "y", "x", "z"]
     _, results = await _run_script(script, ids)
     assert results == [True] * len(ids)
-    statements = [[row[0] for row in rows] for rows in script.manys] + [[row[0]] for row in script.ones[LANES:]]
-    assert statements == [["x", "y", "z"], ["x"]]
+    statements = [[row[0] for row in rows] for rows in script.manys] + [[row[0]] for row in script.ones[1:]]
+    assert statements == [["b", "x", "y", "z"], ["x"]]
 
 
 async def test_a_combined_statement_holds_at_most_max_rows() -> None:
     script = Scripted()
-    ids = [f"t{i}" for i in range(LANES + MAX_ROWS + 5)]
+    ids = [f"t{i}" for i in range(1 + MAX_ROWS + 5)]
     _, results = await _run_script(script, ids)
     assert results == [True] * len(ids)
     assert sorted(len(rows) for rows in script.manys) == [5, MAX_ROWS]
@@ -130,7 +144,7 @@ async def test_a_refused_combined_statement_is_retried_row_by_row() -> None:
     ids = [f"t{i}" for i in range(6)]
     _, results = await _run_script(script, ids)
     assert results == [task_id != "t4" for task_id in ids]
-    assert [row[0] for row in script.ones] == ids  # the first two alone, then the batch's rows one by one
+    assert [row[0] for row in script.ones] == ids  # the first alone, then the batch's rows one by one
 
 
 async def test_a_lost_server_fails_every_write_of_the_statement() -> None:
@@ -138,9 +152,9 @@ async def test_a_lost_server_fails_every_write_of_the_statement() -> None:
     script = Scripted(fail_many=lost)
     ids = [f"t{i}" for i in range(6)]
     _, results = await _run_script(script, ids)
-    assert results[:LANES] == [True] * LANES
-    assert all(result is lost for result in results[LANES:])
-    assert len(script.ones) == LANES  # not retried: it may have committed; the callers' next writes conflict
+    assert results[:1] == [True]
+    assert all(result is lost for result in results[1:])
+    assert len(script.ones) == 1  # not retried: it may have committed; the callers' next writes conflict
 
 
 async def test_a_caller_that_gave_up_before_its_turn_is_not_written() -> None:

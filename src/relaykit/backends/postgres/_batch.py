@@ -9,10 +9,16 @@ once per batch instead of once per write.
 
 How (per kind of write, e.g. "update a claimed task"):
 
-* At most ``LANES`` statements of the kind are in flight. A write that finds a lane free and nobody queued goes
+* At most ``LANES`` statements of the kind are in flight. A write that finds none in flight and nobody queued goes
   out at once as the single-row statement, exactly as without combining: one client pays no added latency.
-* Otherwise it queues; when a lane frees, everything queued (up to ``MAX_ROWS`` rows, one row per task id) goes as
-  one statement. Two lanes rather than one, so that one slow statement (a large body) does not hold up every task.
+* A write that finds one in flight queues, and the queue goes out on the free lane once the loop has run the
+  callbacks ready when it was queued: the writes of that pass (other requests' answers, typically) go with it as one
+  statement instead of each taking a lane as it comes. It waits for the rest of its pass, never for the statement in
+  flight. (Sending it at once on the free lane cost a statement and a commit for most messages of a replica at 8
+  concurrent clients: bench/README.md, scale-out.)
+* When every lane is busy, writes queue until one frees; then everything queued (up to ``MAX_ROWS`` rows, one row
+  per task id) goes as one statement. Two lanes rather than one, so that one slow statement (a large body) does not
+  hold up every task.
 * Each caller learns its own row's outcome: written, or not (a version conflict, an id already stored), from the
   ids the statement returns. A batch that fails for any reason other than a lost server is retried row by row, so
   one bad row fails only its own caller. A lost server fails the whole batch with ``ServiceUnavailableError``: as
@@ -52,7 +58,7 @@ class WriteCombiner:
     True
     """
 
-    __slots__ = ("_busy", "_many", "_one", "_queue", "_runs")
+    __slots__ = ("_busy", "_many", "_one", "_queue", "_runs", "_soon")
 
     def __init__(
         self,
@@ -64,19 +70,28 @@ class WriteCombiner:
         self._queue: list[tuple[Row, asyncio.Future[bool]]] = []
         self._busy = 0  # statements in flight
         self._runs: set[asyncio.Task[None]] = set()  # batches in flight (a reference each, until they end)
+        self._soon = False  # a pump is scheduled for the end of this loop pass
 
     async def write(self, row: Row) -> bool:
         """Write ``row`` (its task id first); True when written, False when the statement matched no row."""
-        if self._busy < LANES and not self._queue:
+        if not self._busy and not self._queue:
             self._busy += 1
             try:
                 return await self._one(row)
             finally:
                 self._busy -= 1
                 self._pump()
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
         self._queue.append((row, future))
+        if self._busy < LANES and not self._soon:
+            self._soon = True
+            loop.call_soon(self._pump_soon)
         return await future
+
+    def _pump_soon(self) -> None:
+        self._soon = False
+        self._pump()
 
     def _pump(self) -> None:
         while self._queue and self._busy < LANES:
