@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -17,7 +16,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from support.servers import REPO_ROOT, ServerProcess
+from support.servers import REPO_ROOT, ServerProcess, free_port
 
 from relaykit._enums import TaskState
 from relaykit._grpc_gen import a2a_pb2 as pb
@@ -147,9 +146,7 @@ async def test_sigterm_drains_and_stops_grpc(served: ServerProcess) -> None:
 
 
 def test_grpc_port_in_use_is_a_clear_error(served: ServerProcess) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        http_port = probe.getsockname()[1]
+    http_port = free_port()
     command = [sys.executable, "-m", "relaykit.cli", "serve", TARGET, "--host", "127.0.0.1", "--port", str(http_port)]
     command += ["--grpc-port", str(served.grpc_port), "--store", "memory"]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=30, check=False)
