@@ -2,10 +2,10 @@
 # Where the CPU of one scale-out SendMessage goes: start bench/cluster.py with N replicas behind its proxy, drive
 # SendMessage at CLIENTS clients (default 16; ../shared/bench/a2a_bench.py, a warm-up, then DURATION seconds), and
 # print the CPU per message of the replicas (all of them), PostgreSQL (every server process), Redis, the proxy, the
-# load generator (a2a_bench's own "client CPU") and the whole machine (every CPU's busy time: kernel threads such as the filesystem journal's
-# included), read from /proc, with the commits per message (pg_stat_database) and the times per message a replica was
-# preempted (involuntary context switches: another process woken on its CPU). Used for bench/README.md's scale-out
-# table of the CPU per message.
+# load generator (a2a_bench's own "client CPU") and the whole machine (every CPU's busy time, kernel threads such as
+# the filesystem journal's included), read from /proc, with the commits per message (pg_stat_database) and the times
+# per message a replica was preempted (involuntary context switches: another process woken on its CPU). Used for
+# bench/README.md's scale-out table of the CPU per message.
 #
 #     bench/cluster_cpu.sh 1; bench/cluster_cpu.sh 2; CLIENTS=8 bench/cluster_cpu.sh 1
 set -euo pipefail
