@@ -8,11 +8,16 @@ extra requests is the cost of one request, start-up and warm-up cancel out.
     PYTHONPATH=src python bench/instructions.py                      # relaykit (bench/echo.py, memory store)
     PYTHONPATH=src python bench/instructions.py --app /work/shared/bench/peers/baseline/starlette_echo.py
     PYTHONPATH=src python bench/instructions.py --ops send --keep /tmp/send.out   # + a profile for callgrind_annotate
+    PYTHONPATH=src python bench/instructions.py --opcodes send      # Python opcodes by function (no valgrind)
 
 ``--app PATH`` measures another ASGI app (a module with a global ``app`` speaking A2A 1.0 JSON-RPC, as the bare
 Starlette echo does). Operations: ``send`` (blocking SendMessage), ``get`` (GetTask of a finished task), ``chunk`` (one
 artifact chunk of a SendStreamingMessage: a 200-chunk stream minus a 100-chunk one, per chunk). Runs on uvloop when
 installed, as ``relaykit serve`` does; ``PYTHONHASHSEED`` is fixed so runs compare.
+
+``--opcodes OP`` (``send`` or ``get``) counts instead the Python opcodes each function executes per request
+(``sys.settrace`` opcode events over 200 requests after the warm-up): where the interpreted work is, by function,
+exactly and in a few seconds; what C code does (pydantic-core, the event loop) is not in it.
 
 ``--run`` (internal) is the measured program: ``--run OP COUNT``.
 """
@@ -132,6 +137,56 @@ async def _run(path: str | None, op: str, count: int) -> None:
             assert out.count(b"chunk ") == chunks, out[-300:]
 
 
+def _opcodes(path: str | None, op: str, count: int = 200, top: int = 40) -> None:
+    """Print the Python opcodes per request, in all and by function (self), for ``count`` requests after the warm-up."""
+    import collections
+    import types
+
+    per_function: collections.Counter[tuple[str, int, str]] = collections.Counter()
+    calls: collections.Counter[tuple[str, int, str]] = collections.Counter()
+
+    def tracer(frame: types.FrameType, event: str, _arg: Any) -> Any:
+        code = frame.f_code
+        key = (code.co_filename, code.co_firstlineno, code.co_name)
+        if event == "call":
+            calls[key] += 1
+            frame.f_trace_opcodes = True
+            frame.f_trace_lines = False
+        elif event == "opcode":
+            per_function[key] += 1
+        return tracer
+
+    async def measured() -> None:
+        app = _load(path)
+        for i in range(_WARMUP):
+            await _call(app, _send_body("SendMessage", "hello", i))
+        task_id = _task_id(await _call(app, _send_body("SendMessage", "hello", _WARMUP)))
+        get = _request("GetTask", 1, {"id": task_id})
+        sys.settrace(tracer)
+        try:
+            for i in range(count):
+                await _call(app, _send_body("SendMessage", "hello", 1000 + i) if op == "send" else get)
+        finally:
+            sys.settrace(None)
+
+    _loop_run(measured())
+    total = sum(per_function.values())
+    print(f"{op}: {total / count:,.0f} Python opcodes and {sum(calls.values()) / count:,.0f} calls per request")
+    for (file, line, name), n in per_function.most_common(top):
+        print(f"{n / count:8.0f} {calls[(file, line, name)] / count:6.1f}  {file}:{line} {name}")
+
+
+def _loop_run(main: Any) -> None:
+    """Run ``main`` on uvloop when installed, as ``relaykit serve`` does."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
+        asyncio.run(main)
+    else:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main)
+
+
 def _instructions(path: str | None, op: str, count: int, keep: str | None) -> int:
     out_file = keep or os.path.join(tempfile.mkdtemp(), "callgrind.out")
     argv = [sys.executable, __file__, "--run", op, str(count)]
@@ -163,16 +218,14 @@ def main() -> None:
     parser.add_argument("--ops", default="send,get,chunk", help="send, get, chunk (comma-separated)")
     parser.add_argument("--requests", type=int, default=200, help="extra requests measured (default 200)")
     parser.add_argument("--keep", help="keep the larger run's callgrind profile here (last op)")
+    parser.add_argument("--opcodes", choices=["send", "get"], help="Python opcodes per function instead")
     parser.add_argument("--run", nargs=2, metavar=("OP", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run is not None:
-        try:
-            import uvloop
-        except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
-            asyncio.run(_run(args.app, args.run[0], int(args.run[1])))
-        else:
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                runner.run(_run(args.app, args.run[0], int(args.run[1])))
+        _loop_run(_run(args.app, args.run[0], int(args.run[1])))
+        return
+    if args.opcodes is not None:
+        _opcodes(args.app, args.opcodes)
         return
     results: dict[str, float] = {}
     for op in args.ops.split(","):
