@@ -34,7 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parent.parent
+from _procs import ROOT, free_port
+
 _TOTALS = re.compile(r"^(?:summary|totals): (\d+)", re.M)
 _LENGTH = re.compile(rb"content-length: *(\d+)", re.I)
 
@@ -79,10 +80,14 @@ def _wait_port(port: int, seconds: float) -> None:
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {seconds:.0f} s")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    """Stop the server by its PID: SIGTERM, then SIGKILL after a minute (valgrind makes a shutdown slow)."""
+    server.terminate()
+    try:
+        server.wait(60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait(10)
 
 
 def _argv(cmd: str, port: int) -> list[str]:
@@ -106,12 +111,12 @@ def _dumped(pid: int, out: str) -> int:
 
 def instructions(cmd: str, requests: int, warmup: int) -> float:
     """User-space instructions per request of the server ``cmd`` starts (``{port}`` in it is replaced)."""
-    port = _free_port()
+    port = free_port()
     out = os.path.join(tempfile.mkdtemp(), "callgrind.out")
     env = dict(os.environ, PYTHONHASHSEED="0")
     server = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *_argv(cmd, port)],
-        cwd=_ROOT,
+        cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -129,12 +134,7 @@ def instructions(cmd: str, requests: int, warmup: int) -> float:
         time.sleep(elapsed)
         idle = _dumped(server.pid, out) * elapsed / (time.monotonic() - idle_started)
     finally:
-        server.terminate()
-        try:
-            server.wait(60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
+        _stop(server)
     return (busy - idle) / requests
 
 
@@ -166,8 +166,8 @@ async def _async_load(port: int, clients: int, seconds: float) -> int:
 
 def cpu(cmd: str, seconds: float, clients: int) -> tuple[float, float, int]:
     """(user µs, system µs, requests) per request of the server ``cmd`` starts, at ``clients`` concurrent clients."""
-    port = _free_port()
-    server = subprocess.Popen(_argv(cmd, port), cwd=_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = free_port()
+    server = subprocess.Popen(_argv(cmd, port), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tick = os.sysconf("SC_CLK_TCK")
 
     def times() -> tuple[int, int]:
@@ -181,12 +181,7 @@ def cpu(cmd: str, seconds: float, clients: int) -> tuple[float, float, int]:
         count = asyncio.run(_async_load(port, clients, seconds))
         user1, system1 = times()
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
+        _stop(server)
     scale = 1e6 / tick / count
     return (user1 - user0) * scale, (system1 - system0) * scale, count
 

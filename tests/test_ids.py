@@ -20,7 +20,7 @@ def test_ids_are_unique_across_threads() -> None:
 
     from relaykit import _ids
 
-    _ids._RANDOM.clear()
+    _ids._READY.clear()
     results: list[list[str]] = [[] for _ in range(8)]
 
     def make(out: list[str]) -> None:

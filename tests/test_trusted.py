@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from relaykit._enums import Role, TaskState
-from relaykit._model import A2AModel
+from relaykit._model import A2AModel, set_field, utc_now
 from relaykit._types import Artifact, Message, Part, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent
 from relaykit.server import EventQueue, RequestContext, TaskUpdater
 
@@ -145,3 +145,26 @@ def test_new_task_as_the_engine_builds_it() -> None:
             id="t-1", context_id="c-1", status=TaskStatus(state=TaskState.SUBMITTED, timestamp=now), history=[message]
         ),
     )
+
+
+@pytest.mark.parametrize(
+    ("model", "name", "value"),
+    [
+        (Message(message_id="m", role=Role.USER, parts=[Part(text="hi")]), "context_id", "ctx-1"),
+        (Message(message_id="m", role=Role.USER, parts=[Part(text="hi")], task_id="old"), "task_id", "t-2"),
+        (TaskStatus(state=TaskState.WORKING), "timestamp", utc_now()),
+        (
+            TaskStatusUpdateEvent(task_id="t", context_id="c", status=TaskStatus(state=TaskState.WORKING)),
+            "status",
+            TaskStatus(state=TaskState.COMPLETED),
+        ),
+    ],
+)
+def test_set_field_is_what_setattr_does(model: A2AModel, name: str, value: Any) -> None:
+    # The same start twice: one assigned through pydantic's __setattr__, one through the hot paths' set_field.
+    assigned = model.model_copy(deep=True)
+    setattr(assigned, name, value)
+    fast = model.model_copy(deep=True)
+    set_field(fast, name, value)
+    same(fast, assigned)
+    assert getattr(fast, name) is value

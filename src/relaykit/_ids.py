@@ -19,29 +19,30 @@ def new_id() -> str:
     one ``getrandom`` system call per id cost more than the rest of making it.
     """
     try:
-        h = _RANDOM.pop()
+        return _READY.pop()
     except IndexError:
-        h = _refill()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+        return _refill()
 
 
 # The variant nibble (RFC 4122: 10xx) for each random hex digit: a dict lookup rather than int(digit, 16) & 3.
 _VARIANT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
 
-# Random 16-byte values as hex, each handed out once: ``list.pop`` and ``list.extend`` are atomic, so threads never
-# share one (two threads refilling at once just add two fresh batches). Emptied in a forked child, which must not
-# hand out its parent's values.
-_RANDOM: list[str] = []
+# Ids made from random bytes, each handed out once: ``list.pop`` and ``list.extend`` are atomic, so threads never
+# share one (two threads refilling at once just add two fresh batches). Formatted by the batch, in one
+# comprehension, rather than one function call each. Emptied in a forked child, which must not hand out its
+# parent's values.
+_READY: list[str] = []
 _BATCH = 256
 
 
 def _refill() -> str:
     data = os.urandom(16 * _BATCH).hex()
-    batch = [data[i : i + 32] for i in range(0, len(data), 32)]
-    h = batch.pop()
-    _RANDOM.extend(batch)
-    return h
+    values = [data[i : i + 32] for i in range(0, len(data), 32)]
+    batch = [f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}" for h in values]
+    first = batch.pop()
+    _READY.extend(batch)
+    return first
 
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
-    os.register_at_fork(after_in_child=_RANDOM.clear)
+    os.register_at_fork(after_in_child=_READY.clear)

@@ -37,6 +37,7 @@ __all__ = [
     "Struct",
     "Timestamp",
     "format_timestamp",
+    "set_field",
     "utc_now",
 ]
 
@@ -84,8 +85,7 @@ class A2AModel(BaseModel):
         if plan is None:
             plan = _PLANS[cls] = _plan(cls)
         template, factories = plan
-        fields = template.copy()
-        fields.update(values)
+        fields = {**template, **values}
         for name, factory in factories:
             if name not in values:
                 fields[name] = factory()
@@ -105,6 +105,17 @@ class A2AModel(BaseModel):
     def from_dict(cls, data: Any) -> Self:
         """Validate already-decoded ProtoJSON data into this type."""
         return cls.model_validate(data)
+
+
+def set_field(model: A2AModel, name: str, value: Any) -> None:
+    """``model.<name> = value``, minus pydantic's ``BaseModel.__setattr__``: what its handler for a plain field does
+    (the value in ``__dict__``, the name in the fields set), without the Python-level dispatch in front of it.
+
+    For hot paths that assign a field a value that already is what validation would make of it (A2A models validate
+    no assignment, have no private attributes and are not frozen). tests/test_trusted.py checks it against setattr.
+    """
+    model.__dict__[name] = value
+    model.__pydantic_fields_set__.add(name)
 
 
 def _slot_setter(name: str) -> Any:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from relaykit._enums import TaskState
 from relaykit._errors import InvalidAgentResponseError
+from relaykit._model import set_field
 from relaykit._types import Artifact, Message, Task, TaskArtifactUpdateEvent, TaskStatusUpdateEvent
 
 __all__ = ["ACTIVE", "INTERRUPTED", "TERMINAL", "IllegalTransitionError", "apply", "can_transition"]
@@ -90,7 +91,7 @@ def apply(task: Task, event: Task | Message | TaskStatusUpdateEvent | TaskArtifa
     if isinstance(event, TaskStatusUpdateEvent):
         _check_owner(task, event.task_id)
         _check(task, event.status.state)
-        task.status = event.status
+        set_field(task, "status", event.status)
         if event.status.message is not None:
             task.history.append(event.status.message)
         return task

@@ -243,6 +243,35 @@ def test_stalled_body_is_dropped(server: ServerProcess) -> None:
     assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:80]
 
 
+def test_a_body_that_keeps_coming_is_served(server: ServerProcess) -> None:
+    """The body timeout runs between two pieces of a body, not over the whole body: a slow uploader whose pieces
+    each come within it is served, however long the whole body takes."""
+    body = (
+        b'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
+        b'{"role":"ROLE_USER","messageId":"slow-body","parts":[{"text":"slow"}]}}}'
+    )
+    pieces = [body[i : i + 30] for i in range(0, len(body), 30)]
+    with connect(server) as sock:
+        sock.sendall(
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)
+        )
+        started = time.monotonic()
+        for piece in pieces:
+            time.sleep(BODY_TIMEOUT / 2)  # the client's pace, not synchronisation
+            sock.sendall(piece)
+        took = time.monotonic() - started
+        answer = read_answer(sock)
+        while answer.startswith(b"HTTP/1.1 200") and b"TASK_STATE_COMPLETED" not in answer:
+            chunk = sock.recv(65536)  # the rest of the answer (bounded by the socket's timeout)
+            if not chunk:
+                break
+            answer += chunk
+    assert took > BODY_TIMEOUT * 1.5  # the whole body took longer than the timeout
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+    assert b"TASK_STATE_COMPLETED" in answer, answer[-200:]
+
+
 def test_keep_alive_connection_keeps_its_timeouts(server: ServerProcess) -> None:
     """One connection's timer outlives its requests: a client that sends whole requests for longer than the header
     timeout is served throughout, and a head left unfinished after them is still cut off in time."""

@@ -181,6 +181,11 @@ def _guarded_base() -> type[Any]:
                     self._head_since = self.loop.time()
                     self._arm(self.limits.header_timeout)
                 self._head_bytes += len(data)
+            elif self._deadline is not None:
+                # A piece of a request body: its clock starts again. The deadline only moves later, so the timer
+                # pending since the head (it fires no later, then re-arms itself for the rest) still stands: a float
+                # store, not a callback per piece. (A body that came with its head was armed for by the head.)
+                self._deadline = self.loop.time() + self.limits.body_timeout
             # uvicorn's data_received, with the oversize head told apart from a malformed request.
             self._unset_keepalive_if_required()
             try:
@@ -225,10 +230,6 @@ def _guarded_base() -> type[Any]:
             if cycle is not None and cycle is not before:  # a new request (not an upgrade): its answer in one send
                 # The cycle uses only write, close and is_closing of its transport, which HeadWithBody provides.
                 cycle.transport = HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
-
-        def on_body(self, body: bytes) -> None:
-            self._arm(self.limits.body_timeout)
-            super().on_body(body)
 
         def on_message_complete(self) -> None:
             # No clock while the request is answered; a pending timer finds no deadline and lapses.

@@ -31,7 +31,7 @@ from typing import Any
 from relaykit._enums import Role, TaskState
 from relaykit._errors import ArtifactTooLargeError, InvalidAgentResponseError
 from relaykit._ids import new_id
-from relaykit._model import utc_now
+from relaykit._model import set_field, utc_now
 from relaykit._state import TERMINAL, apply
 from relaykit._types import Message, Part, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, stream_json
 from relaykit.backends._base import TaskRecord, TaskStore
@@ -182,7 +182,7 @@ class Recorder:
             elif isinstance(event, TaskStatusUpdateEvent):
                 if event.context_id != active.context_id:
                     raise InvalidAgentResponseError(f"status event with contextId {event.context_id!r}")
-                event.status.timestamp = utc_now()
+                set_field(event.status, "timestamp", utc_now())
                 apply(task, event)
                 await self._emit(active, event, None, persist=True)
             else:  # a Task object replacing the snapshot
@@ -199,7 +199,7 @@ class Recorder:
 
     async def _create(self, active: ActiveTask, pending: PendingRequest, event: Event | None) -> None:
         message = pending.message
-        message.task_id = active.task_id
+        set_field(message, "task_id", active.task_id)
         if type(event) is not TaskArtifactUpdateEvent and isinstance(event, Task):
             if event.context_id and event.context_id != active.context_id:
                 raise InvalidAgentResponseError(f"new task carries contextId {event.context_id!r}")

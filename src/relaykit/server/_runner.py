@@ -31,6 +31,7 @@ from relaykit._errors import (
     UnsupportedOperationError,
 )
 from relaykit._ids import new_id
+from relaykit._model import set_field
 from relaykit._requests import SendMessageRequest
 from relaykit._state import INTERRUPTED, TERMINAL
 from relaykit._types import Message, Task
@@ -151,7 +152,7 @@ class Runner(Cancellation):
             accept_continuation(message, active.task_id, active.context_id, task)
         else:
             context_id = message.context_id or new_id()
-            message.context_id = context_id
+            set_field(message, "context_id", context_id)
             active = ActiveTask(new_id(), context_id, tenant, owner, None)
         config = request.configuration
         pending = PendingRequest(message, config, request.metadata, call, streaming=streaming)
