@@ -15,9 +15,10 @@ subclass. Invariants:
   has waited longest for a request head (a slow or idle client holds nothing another client may not have); only when
   every connection is busy with a request is the new one refused with ``503`` + ``Retry-After``. So a slowloris
   flood cannot lock out the next caller, and ``/healthz`` keeps answering.
-* The hot path arms no timer per request: each connection has one deadline (a float the parser callbacks move) and
-  at most one timer, which on firing before the deadline re-arms itself for the rest. A keep-alive connection's
-  requests cost a few float stores each, not a ``call_later`` and a ``cancel`` per head and per body.
+* The hot path arms no timer per request: each connection has one deadline (a float the reads and the parser
+  callbacks move) and at most one timer, which on firing before the deadline re-arms itself for the rest. A
+  keep-alive connection's requests cost a few float stores each, not a ``call_later`` and a ``cancel`` per head and
+  per body.
 
 Other ASGI servers: give them the same bounds (hypercorn ``h11_max_incomplete_size``, ``read_timeout``,
 ``keep_alive_timeout``; gunicorn ``limit_request_field_size``, ``timeout``; a proxy's ``client_header_timeout``,
