@@ -64,15 +64,22 @@ class IdentityProvider:
         self.ec = ec.generate_private_key(ec.SECP256R1())
         self.keys: dict[str, Any] = {"rsa-1": self.rsa, "ec-1": self.ec}
         self.jwks_fetches = 0
+        self.down = False  # the JWKS answers 404 (counted all the same)
+        self.discovered_issuer: str | None = None  # what discovery names as issuer, when not its own URL
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path == "/jwks.json":
                     provider.jwks_fetches += 1
+                    if provider.down:
+                        self.send_response(404)
+                        self.end_headers()
+                        return
                     body = json.dumps({"keys": [jwk_of(k, kid) for kid, k in provider.keys.items()]}).encode()
                 elif self.path == "/.well-known/openid-configuration":
-                    body = json.dumps({"issuer": provider.issuer, "jwks_uri": provider.jwks_url}).encode()
+                    issuer = provider.discovered_issuer or provider.issuer
+                    body = json.dumps({"issuer": issuer, "jwks_uri": provider.jwks_url}).encode()
                 else:
                     self.send_response(404)
                     self.end_headers()

@@ -119,6 +119,21 @@ async def test_http_401_carries_challenge_and_error_bodies(served: Served, idp: 
         assert body["error"]["data"][0]["reason"] == "UNAUTHENTICATED"
         assert body["error"]["data"][0]["domain"] == "a2a-protocol.org"
 
+        # Refused before the body is decoded: whatever an unauthenticated caller sends, the answer is 401.
+        for content, headers in (
+            (b"{not json", {"Content-Type": "application/json"}),
+            (b'[{"jsonrpc":"2.0","id":1,"method":"GetTask"}]', {"Content-Type": "application/json"}),
+            (b'{"jsonrpc":"1.0","id":8,"method":"GetTask"}', {"Content-Type": "application/json"}),
+            (b"hello", {"Content-Type": "text/plain"}),
+            (b'{"jsonrpc":"2.0","id":9,"method":"x","params":{"t":"' + b"y" * 2_000_000 + b'"}}', {}),
+        ):
+            refused = await http.post("/", content=content, headers={**headers, "A2A-Version": "1.0"})
+            assert refused.status_code == 401, content[:40]
+            assert refused.headers["www-authenticate"] == 'Bearer realm="a2a"'
+            assert refused.json()["error"]["data"][0]["reason"] == "UNAUTHENTICATED"
+            # The id comes back from a small body (JSON-RPC 2.0 §5); a large one is not decoded to find it.
+            assert refused.json()["id"] == (8 if b'"id":8' in content else None)
+
         rest = await http.post(
             "/message:send", json=send, headers={"A2A-Version": "1.0", "Authorization": "Bearer not.a.jwt"}
         )
@@ -203,6 +218,29 @@ async def test_rotated_keys_are_fetched_and_forged_kids_are_rate_limited(
             with pytest.raises(AuthenticationRequiredError):
                 await client.send("forged")
     assert idp.jwks_fetches == before
+    # A key server that is down does not lift the limit: one failed attempt, then none for min_refresh seconds.
+    idp.down = True
+    before = idp.jwks_fetches
+    guarded._attempted = float("-inf")  # as if the last attempt were long ago
+    async with asyncio.timeout(T):
+        for n in range(5):
+            client = await other.client("JSONRPC", BearerAuth(idp.token("alice", kid=f"forged-{n}", key=new_key)))
+            with pytest.raises(AuthenticationRequiredError):
+                await client.send("forged")
+    assert idp.jwks_fetches == before + 1
+
+
+async def test_oidc_discovery_must_name_its_own_issuer(idp: IdentityProvider) -> None:
+    # OpenID Connect Discovery §4.3: a document naming another issuer is refused, not trusted as that issuer.
+    idp.discovered_issuer = "https://idp.elsewhere.example"
+    authenticator = JWTAuthenticator(oidc_url=idp.url, audience=AUDIENCE)
+    with pytest.raises(ValueError, match="identical"):
+        await asyncio.wait_for(authenticator.start(), T)
+    await authenticator.close()
+    idp.discovered_issuer = idp.url + "/"  # a trailing slash is the same issuer
+    same = JWTAuthenticator(oidc_url=idp.url + "/.well-known/openid-configuration", audience=AUDIENCE)
+    await asyncio.wait_for(same.start(), T)
+    await same.close()
 
 
 async def test_oidc_discovery_finds_keys_and_issuer(agent: Callable[..., Any], idp: IdentityProvider) -> None:

@@ -92,3 +92,30 @@ async def test_v03_extended_card_is_a_whole_0_3_card(served: Served) -> None:
         assert result[member] == public[member], member
     assert result["securitySchemes"] == public["securitySchemes"]
     assert result["security"] == public["security"]
+
+
+async def test_v03_grpc_get_agent_card_is_the_public_card_when_there_is_no_other(agent: Callable[..., Any]) -> None:
+    # 0.3's GetAgentCard is how a gRPC-only client reads the card: without an extended card it answers the public
+    # one, which needs no credential (CONTRACT: everything but the public card is authenticated).
+    from relaykit._grpc_gen import a2a_v0_3_pb2
+
+    keyed: Served = await agent(whoami, auth=Auth(APIKeyAuthenticator({"alice": "alice-key"})))
+    async with grpc.aio.insecure_channel(keyed.grpc) as channel:
+        raw = await asyncio.wait_for(channel.unary_unary("/a2a.v1.A2AService/GetAgentCard")(b""), T)
+    card = a2a_v0_3_pb2.AgentCard.FromString(raw)
+    async with httpx.AsyncClient(base_url=keyed.url, timeout=T) as http:
+        public = (await http.get("/.well-known/agent-card.json")).json()
+    assert card.name == public["name"]
+    assert "apiKey" in card.security_schemes
+
+
+async def test_v03_grpc_extended_card_needs_a_credential(served: Served) -> None:
+    async with grpc.aio.insecure_channel(served.grpc) as channel:
+        call = channel.unary_unary("/a2a.v1.A2AService/GetAgentCard")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await asyncio.wait_for(call(b""), T)
+        assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        raw = await asyncio.wait_for(call(b"", metadata=(("x-api-key", "alice-key"),)), T)
+    from relaykit._grpc_gen import a2a_v0_3_pb2
+
+    assert a2a_v0_3_pb2.AgentCard.FromString(raw).name == "whoami (extended)"

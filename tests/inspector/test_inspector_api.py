@@ -56,6 +56,18 @@ async def test_an_unlocked_inspector_answers_loopback_names_only() -> None:
         assert answered.json()["findings"][0]["level"] == "error"  # nothing listens on port 9
 
 
+async def test_the_starting_headers_go_to_loopback_names_only() -> None:
+    # config.json carries --header values (credentials): a DNS-rebinding page must not read them either.
+    app = create_inspector("http://127.0.0.1:9", headers=(("X-API-Key", "secret-key-1"),))
+    async with asyncio.timeout(T), inspector_client(app, host="rebound.example:8100") as http:
+        refused = await http.get("/config.json")
+        assert refused.status_code == 400
+        assert "secret-key-1" not in refused.text
+    async with asyncio.timeout(T), inspector_client(app, host="[::1]:8100") as http:
+        config = (await http.get("/config.json")).json()
+        assert config["headers"] == [["X-API-Key", "secret-key-1"]]
+
+
 async def test_the_page_is_served_with_a_content_security_policy() -> None:
     async with asyncio.timeout(T), inspector_client(create_inspector("http://127.0.0.1:9")) as http:
         for path in ("/", "/inspector.js", "/inspector.css"):

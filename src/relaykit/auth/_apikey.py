@@ -9,7 +9,9 @@ Invariants:
 * The principal is ``api-key:<owner>``, the owner named in the file; two keys of one owner are one principal.
 
 File format (``--api-keys FILE``): one entry a line, ``PRINCIPAL KEY`` or ``PRINCIPAL sha256:HEX``; blank lines and
-``#`` comments (a line starting with ``#``, or a third field starting with ``#``) are ignored.
+``#`` comments (a line starting with ``#``, or a third field starting with ``#``) are ignored. The ``sha256:`` prefix
+is matched in any case (``SHA256:`` too), so a file meant to hold digests never holds a working key by a typo; a
+UTF-8 byte order mark is dropped. One key given to two owners is refused: whoever holds it would act as the last.
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ _HEX = re.compile(r"[0-9a-fA-F]{64}")
 def load_api_keys(path: str | Path) -> dict[bytes, str]:
     """The digest → owner table of an API key file (see the module docstring); ``ValueError`` names a bad line."""
     table: dict[bytes, str] = {}
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        # utf-8-sig: an editor's byte order mark would otherwise become part of the first owner's name.
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -44,14 +50,21 @@ def load_api_keys(path: str | Path) -> dict[bytes, str]:
         if len(parts) != 2:
             raise ValueError(f"{path}:{number}: expected 'PRINCIPAL KEY' or 'PRINCIPAL sha256:HEX'")
         owner, key = parts
-        table[_digest_entry(key, f"{path}:{number}")] = owner
+        _add(table, _digest_entry(key, f"{path}:{number}"), owner, f"{path}:{number}")
     if not table:
         raise ValueError(f"{path} holds no API key")
     return table
 
 
+def _add(table: dict[bytes, str], digest: bytes, owner: str, where: str) -> None:
+    known = table.get(digest)
+    if known is not None and known != owner:
+        raise ValueError(f"{where}: this key is already given to {known!r}; one key must name one owner")
+    table[digest] = owner
+
+
 def _digest_entry(key: str, where: str) -> bytes:
-    if key.startswith("sha256:"):
+    if key[:7].lower() == "sha256:":
         hexed = key[len("sha256:") :]
         if not _HEX.fullmatch(hexed):
             raise ValueError(f"{where}: sha256: must be followed by 64 hex digits")
@@ -79,7 +92,10 @@ class APIKeyAuthenticator:
         if isinstance(keys, str | Path):
             self._table = load_api_keys(keys)
         else:
-            self._table = {_digest_entry(key, f"key of {owner!r}"): owner for owner, key in keys.items()}
+            self._table = {}
+            for owner, key in keys.items():
+                where = f"key of {owner!r}"
+                _add(self._table, _digest_entry(key, where), owner, where)
         self.header = header
         self._lookup = header.lower()
         self.scheme_name = scheme_name

@@ -9,9 +9,13 @@ Invariants:
   accepted only when the JWKS holds exactly one key.
 * ``exp`` is required and checked, ``nbf`` checked when present, ``iss`` / ``aud`` when configured (``leeway``
   seconds of clock skew). ``sub`` is required: the principal is ``jwt:<iss>#<sub>``.
-* Keys: fetched at start, refetched after ``cache_ttl`` seconds (rotation) and on an unknown ``kid`` — at most once
-  per ``min_refresh`` seconds, so a stream of forged kids cannot make the server hammer the key server. At most
+* Keys: fetched at start, refetched after ``cache_ttl`` seconds (rotation) and on an unknown ``kid`` — at most one
+  attempt per ``min_refresh`` seconds, failed attempts included, so a stream of forged kids cannot make the server
+  hammer the key server, even one that is down. A token signed by a known key never waits for another request's
+  refetch of stale keys: it goes on with the keys held, so a key server that hangs holds up only that one. At most
   ``max_keys`` keys are kept.
+* OpenID Connect discovery: the document's ``issuer`` must be the URL discovery was asked at (OpenID Connect
+  Discovery 1.0 §4.3), or a provider could name another issuer and have its tokens accepted as that issuer's.
 * Verified tokens are remembered (bounded, at most ``token_cache_ttl`` seconds and never past their ``exp``), so a
   client that sends the same token on every call pays for one signature check, not one per call.
 """
@@ -114,6 +118,7 @@ class JWTAuthenticator:
         self._verify = verify
         self._keys: dict[str, dict[str, Any]] = {}
         self._fetched = float("-inf")
+        self._attempted = float("-inf")
         self._lock = asyncio.Lock()
         self._tokens: OrderedDict[bytes, tuple[Principal, float]] = OrderedDict()
         self._token_cache = token_cache
@@ -175,16 +180,24 @@ class JWTAuthenticator:
         document = await self._get_json(url)
         if not isinstance(document, dict) or not document.get("jwks_uri") or not document.get("issuer"):
             raise ValueError(f"{url} is not an OpenID Connect discovery document (no jwks_uri / issuer)")
+        issuer = str(document["issuer"])
+        asked = url[: -len(OIDC_SUFFIX)]
+        if issuer.rstrip("/") != asked.rstrip("/"):
+            raise ValueError(
+                f"{url} names the issuer {issuer!r}, not {asked!r}: OpenID Connect discovery requires the two to be "
+                "identical (give the issuer's URL to --auth-oidc)"
+            )
         self.jwks_url = str(document["jwks_uri"])
         if self.issuer is None:
-            self.issuer = str(document["issuer"])
+            self.issuer = issuer
 
     async def _refresh(self, *, force: bool = False) -> None:
-        """Refetch the JWKS unless it was fetched less than ``min_refresh`` seconds ago (``force``: always)."""
+        """Refetch the JWKS unless that was tried less than ``min_refresh`` seconds ago (``force``: always)."""
         async with self._lock:
             now = time.monotonic()
-            if not force and now - self._fetched < self.min_refresh:
+            if not force and now - self._attempted < self.min_refresh:
                 return
+            self._attempted = now
             if self.oidc_url and (force or self.jwks_url is None):
                 await self._discover()
             assert self.jwks_url is not None
@@ -200,7 +213,9 @@ class JWTAuthenticator:
             self._fetched = now
 
     async def _key_for(self, kid: str | None, alg: str) -> Any:
-        if time.monotonic() - self._fetched > self.cache_ttl:
+        if time.monotonic() - self._fetched > self.cache_ttl and not self._lock.locked():
+            # Stale keys are refetched by one request; while that runs, others go on with the keys held rather
+            # than queue behind it (a hanging key server would hold them all). An unknown kid, below, does wait.
             try:
                 await self._refresh()
             except ValueError as exc:

@@ -94,6 +94,13 @@ def check_security_options(args: argparse.Namespace) -> None:
         raise CliError("--ssl-ca-certs (client certificates) needs TLS: give --ssl-certfile and --ssl-keyfile")
     if args.card_kid and not args.card_key:
         raise CliError("--card-kid needs --card-key")
+    if args.extended_card and not (args.auth_jwks or args.auth_oidc or args.api_keys or args.ssl_ca_certs):
+        # The extended card goes to authenticated callers only: with no way to authenticate it could never be
+        # served, while the card would advertise it (spec §5.13: it uses a scheme the public card declares).
+        raise CliError(
+            "--extended-card is served to authenticated callers only: give an auth option too "
+            "(--auth-jwks, --auth-oidc, --api-keys or --ssl-ca-certs)"
+        )
 
 
 def any_security_option(args: argparse.Namespace) -> list[str]:

@@ -148,14 +148,17 @@ class GrpcBinding:
             encode = encoder(op.response)
         version_rule = check_version or check_v10_version
         handler_name = op.handler
+        public_card = legacy and handler_name == "get_extended_card"
 
         async def rpc(data: bytes, context: Any) -> bytes:
             try:
+                if public_card and not self.handler.extended:
+                    # 0.3's GetAgentCard with no extended card configured answers the public card, which needs
+                    # no credential on any binding (CONTRACT: everything but the public card is authenticated).
+                    assert encode is not None
+                    return encode(self.handler.card)
                 request, call, _ = await self._prepare(op, data, context, decode, version_rule)
-                if legacy and handler_name == "get_extended_card" and not self.handler.extended:
-                    result: Any = self.handler.card  # 0.3 GetAgentCard: the public card when there is no other
-                else:
-                    result = await self.handler.dispatch(handler_name, request, call)
+                result: Any = await self.handler.dispatch(handler_name, request, call)
                 if call.activated_extensions:
                     await context.send_initial_metadata(extension_metadata(call))
                 if encode is None:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from relaykit._errors import (
     A2AError,
+    AuthenticationRequiredError,
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
@@ -89,6 +90,17 @@ class JSONRPCBinding:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         rid: Any = None
         try:
+            auth = self.handler.auth
+            if not auth.authenticators and "user" not in scope:
+                principal = ANONYMOUS_PRINCIPAL  # no auth configured and no middleware: no coroutine for it
+            else:
+                # Who is calling is decided before the body is decoded: an unauthenticated caller gets 401 whatever
+                # it sends, and never makes the server parse a large body (as on the REST binding).
+                try:
+                    principal = await authenticate(scope, auth, "JSONRPC")
+                except AuthenticationRequiredError:
+                    rid = await self._refused_id(scope, receive)
+                    raise
             if scope["method"] != "POST":
                 raise InvalidRequestError(f"JSON-RPC requests are POSTed (got {scope['method']})")
             check_json_content_type(scope, required=True)
@@ -96,11 +108,6 @@ class JSONRPCBinding:
             envelope = decode_small_json(body) if len(body) <= OFF_LOOP_BYTES else await decode_json(body)
             rid = _readable_id(envelope)  # set before the checks, so their errors carry it
             rid, method, params = self._envelope(envelope)
-            auth = self.handler.auth
-            if not auth.authenticators and "user" not in scope:
-                principal = ANONYMOUS_PRINCIPAL  # no auth configured and no middleware: no coroutine for it
-            else:
-                principal = await authenticate(scope, auth, "JSONRPC")
             legacy = request_version(scope, legacy=self.v03) != "1.0"
             if legacy:
                 scope["relaykit.v03"] = True  # for the request's span
@@ -142,6 +149,15 @@ class JSONRPCBinding:
         except Exception:
             log.exception("JSON-RPC request failed")
             await self._error(send, rid, InternalError())
+
+    async def _refused_id(self, scope: Scope, receive: Receive) -> Any:
+        """The id for a 401's JSON-RPC body, so the client can match it to its call: read from a small body only (a
+        large one is not decoded for a caller who is refused anyway), else null."""
+        try:
+            body = await read_body(scope, receive, OFF_LOOP_BYTES)
+            return _readable_id(decode_small_json(body))
+        except (A2AError, ConnectionError):
+            return None
 
     @staticmethod
     def _envelope(envelope: Any) -> tuple[Any, str, Any]:

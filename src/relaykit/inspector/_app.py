@@ -12,8 +12,9 @@ Invariants:
 
 * every API request carries ``X-Relaykit-Inspector: 1`` and a JSON body: a page on another origin cannot send that
   without a CORS preflight, which this app never grants, so other sites cannot drive it;
-* an unlocked inspector (``relaykit inspect``, loopback only) answers only requests whose ``Host`` is a loopback
-  name, so a DNS-rebinding page cannot reach it either;
+* an unlocked inspector (``relaykit inspect``, loopback only) answers API requests and ``config.json`` (which holds
+  the ``--header`` values, credentials included) only when their ``Host`` is a loopback name, so a DNS-rebinding page
+  cannot reach either;
 * the page's assets are sent with a Content-Security-Policy that allows scripts, styles and connections to this
   origin only; agent data is rendered as text, never as markup.
 """
@@ -129,6 +130,10 @@ class _Inspector:
         from relaykit.client._card import DEFAULT_TRANSPORTS
 
         try:
+            self._check_host(request)
+        except SessionError as exc:
+            return _problem(exc)
+        try:
             from importlib.metadata import version
 
             relaykit_version = version("relaykit")
@@ -148,13 +153,16 @@ class _Inspector:
 
     # --- API -----------------------------------------------------------------------------------------------
 
-    async def _body(self, request: Request) -> tuple[dict[str, Any], Session]:
-        if request.headers.get("x-relaykit-inspector") != "1":
-            raise SessionError("missing X-Relaykit-Inspector header")
+    def _check_host(self, request: Request) -> None:
         if not self.target.locked:
             host = urlsplit("//" + request.headers.get("host", "")).hostname or ""
             if host not in _LOOPBACK:
                 raise SessionError(f"this inspector answers on loopback names only, not {host!r}")
+
+    async def _body(self, request: Request) -> tuple[dict[str, Any], Session]:
+        if request.headers.get("x-relaykit-inspector") != "1":
+            raise SessionError("missing X-Relaykit-Inspector header")
+        self._check_host(request)
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > MAX_API_BODY:
             raise SessionError("request too large")

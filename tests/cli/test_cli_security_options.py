@@ -1,0 +1,31 @@
+"""Security options that cannot mean anything are refused before anything listens: one clear line, exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def test_an_extended_card_needs_a_way_to_authenticate(cli: Cli, tmp_path: Path) -> None:
+    # It goes to authenticated callers only: with no auth option it could never be served, yet would be advertised.
+    extended = tmp_path / "extended.json"
+    extended.write_text(json.dumps({"name": "more", "description": "d", "version": "1"}))
+    result = cli("serve", "examples/echo.py", "--store", "memory", "--extended-card", str(extended))
+    assert result.returncode == 2
+    assert "--extended-card is served to authenticated callers only" in result.stderr
+    assert "--api-keys" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_key_file_giving_one_key_to_two_owners_is_refused(cli: Cli, tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("alice same\nbob same\n")
+    result = cli("serve", "examples/echo.py", "--store", "memory", "--api-keys", str(keys))
+    assert result.returncode == 2
+    assert f"--api-keys: {keys}:2: this key is already given to 'alice'" in result.stderr
+    assert "same" not in result.stderr.replace("--api-keys", "")  # the key itself is never printed
+    assert "Traceback" not in result.stderr
