@@ -122,6 +122,8 @@ def _error_responses() -> dict[str, Any]:
     # The bindings' own refusal of a non-JSON Content-Type (http._asgi.UnsupportedMediaTypeError) is not in the core
     # table but is an A2A error body too.
     by_status.setdefault(415, []).append("unsupported Content-Type (INVALID_REQUEST)")
+    # So is the refusal of a body over the size limit (CONTRACT: 413).
+    by_status.setdefault(413, []).append("request body over the size limit (INVALID_REQUEST)")
     content = {_A2A_JSON: {"schema": {"$ref": _REF.format(model="A2AError")}}}
     out: dict[str, Any] = {
         str(status): {"description": "; ".join(names), "content": content}
@@ -239,6 +241,17 @@ def _operation(op: Operation, route: Route, first: bool) -> dict[str, Any]:
                 "in": "header",
                 "required": False,
                 "description": "Resume after this event id (the SSE id of the last event received).",
+                "schema": {"type": "string"},
+            }
+        )
+        # The same as a query parameter, for clients that cannot set headers (a browser's EventSource on reconnect
+        # sets the header itself; a first connection made by hand may not); the header wins when both are given.
+        parameters.append(
+            {
+                "name": "lastEventId",
+                "in": "query",
+                "required": False,
+                "description": "Resume after this event id, as Last-Event-ID (which wins when both are given).",
                 "schema": {"type": "string"},
             }
         )

@@ -283,7 +283,7 @@ def test_unknown_task_is_an_a2a_error(cli: Cli, examples: dict[str, str]) -> Non
     for command in ("get", "cancel", "subscribe"):
         result = cli(command, examples["echo"], missing)
         assert result.returncode == 1, command
-        assert "task not found" in result.stderr.lower(), command
+        assert "task not found" in result.stderr, command  # CONTRACT: its message printed, e.g. "task not found"
         assert result.stdout == ""
 
 

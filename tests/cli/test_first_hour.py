@@ -131,6 +131,23 @@ def test_several_agents_are_named(tmp_path: Path) -> None:
     assert error == "x.py defines several agents (alpha, beta); name one as x.py:alpha"
 
 
+def test_a_class_and_its_one_instance_are_one_executor(tmp_path: Path) -> None:
+    # CONTRACT: without :name, "the file's agent (or its only executor)": an instance made of the file's class is it.
+    from relaykit.cli._target import load_target
+
+    source = "from relaykit import AgentExecutor\n\n\nclass Echo(AgentExecutor):\n"
+    source += "    async def execute(self, context, events):\n        pass\n\n\nthing = Echo()\n"
+    path = tmp_path / "only.py"
+    path.write_text(source)
+    found = load_target(str(path))
+    assert type(found).__name__ == "Echo"
+    assert not isinstance(found, type)
+    # Two instances of it are two executors: the file must say which.
+    path.write_text(source.replace("only", "x") + "other = Echo()\n")
+    error = one_line_error(run("serve", "only.py", "--store", "memory", cwd=tmp_path))
+    assert error == "only.py defines several agents (thing, other); name one as only.py:thing"
+
+
 @pytest.mark.parametrize("target", ["examples", "examples/"])
 def test_a_directory_says_which_file_to_pass(target: str) -> None:
     error = one_line_error(run("serve", target, "--store", "memory"))

@@ -44,9 +44,14 @@ def test_every_route_of_the_table_is_described_with_the_error_table() -> None:
             described = doc["paths"][route.path][route.method.lower()]
             assert described["x-a2a-method"] == op.name
             assert statuses <= set(described["responses"]), (op.name, route.path)
+            # The bindings' own refusals: a body over the limit (CONTRACT: 413) and a non-JSON Content-Type.
+            assert {"413", "415"} <= set(described["responses"]), (op.name, route.path)
             assert ("requestBody" in described) == route.body
             media = "text/event-stream" if op.streaming else "application/a2a+json"
             assert media in described["responses"]["200"]["content"]
+    subscribe = doc["paths"]["/tasks/{id}:subscribe"]["post"]["parameters"]
+    resume = {(p["name"], p["in"]) for p in subscribe}
+    assert {("Last-Event-ID", "header"), ("lastEventId", "query")} <= resume  # both are served
     ids = [o["operationId"] for item in doc["paths"].values() for o in item.values()]
     assert len(ids) == len(set(ids))
 

@@ -23,6 +23,8 @@ __all__ = [
     "parse_duration",
     "push_kwargs",
     "quotas_from",
+    "seconds",
+    "seconds_or_zero",
     "setup_observability",
 ]
 
@@ -30,6 +32,32 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
 
 
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def seconds(text: str) -> float:
+    """A number of seconds above zero (``--executor-timeout``, ``--keepalive``): argparse's error otherwise."""
+    value = _number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
+    return value
+
+
+def seconds_or_zero(text: str) -> float:
+    """A number of seconds, zero included (``--grace 0``: stop at once)."""
+    value = _number(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, not {text!r}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
 
 
 def parse_duration(text: str) -> float:

@@ -49,7 +49,16 @@ def report_error(args: argparse.Namespace, exc: A2AError) -> None:
     """The error on stderr, after whatever stdout holds: ``relaykit <command>: <message> [<reason>]``."""
     reason = "" if isinstance(exc, A2AClientError) else f" [{exc.reason}]"
     sys.stdout.flush()
-    print(f"relaykit {args.command}: {exc.message}{reason}", file=sys.stderr, flush=True)
+    print(f"relaykit {args.command}: {_sentence_case(exc.message)}{reason}", file=sys.stderr, flush=True)
+
+
+def _sentence_case(message: str) -> str:
+    """A message as the rest of a ``prog: message`` line: its first letter in lower case ("Task not found" from
+    a2a-sdk servers and relaykit's own default reads "task not found"), unless the first word is an acronym or a
+    name in capitals ("HTTP 502", "JSON")."""
+    if len(message) > 1 and message[0].isupper() and message[1].islower():
+        return message[0].lower() + message[1:]
+    return message
 
 
 def print_json(model: Any) -> None:

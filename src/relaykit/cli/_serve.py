@@ -37,6 +37,8 @@ from relaykit.cli._options import (
     parse_duration,
     push_kwargs,
     quotas_from,
+    seconds,
+    seconds_or_zero,
     setup_observability,
 )
 from relaykit.cli._security import (
@@ -98,8 +100,8 @@ def add_serve_parser(sub: Any) -> None:
     add_push_options(p)
     # A2A versions served (issue 12): 0.3 goes through the codec in front of the same handler; 1.0 alone turns it off.
     p.add_argument("--protocol", default="1.0,0.3", metavar="VERSIONS", help="A2A versions served (default 1.0,0.3)")
-    p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
-    p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
+    p.add_argument("--grace", type=seconds_or_zero, default=5.0, help="seconds running executions get on shutdown")
+    p.add_argument("--executor-timeout", type=seconds, default=None, help="fail executions running longer")
     p.add_argument("--retention", type=parse_duration, default=None, help="purge terminal tasks older than this")
     p.add_argument(
         "--retention-interrupted",
@@ -107,7 +109,7 @@ def add_serve_parser(sub: Any) -> None:
         default=None,
         help="purge INPUT_REQUIRED / AUTH_REQUIRED tasks untouched for this long (default: never)",
     )
-    p.add_argument("--keepalive", type=float, default=15.0, help="SSE keep-alive comment interval (seconds)")
+    p.add_argument("--keepalive", type=seconds, default=15.0, help="SSE keep-alive comment interval (seconds)")
     p.add_argument("--inspector", action="store_true", help="serve the web inspector at /inspector/")
     add_http_limit_options(p)
     add_quota_options(p)

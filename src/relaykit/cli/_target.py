@@ -142,6 +142,10 @@ def load_target(target: str) -> Any:
         if found is not None:
             return found
     candidates = _candidates(module)
+    instances = {type(value) for value in candidates.values() if isinstance(value, AgentExecutor)}
+    if instances:
+        # A class and the one instance made of it are one executor: the instance is what the file serves.
+        candidates = {key: value for key, value in candidates.items() if not any(value is c for c in instances)}
     if len(candidates) == 1:
         found = _usable(next(iter(candidates.values())))
         if found is not None:

@@ -17,6 +17,8 @@ from relaykit.cli._options import (
     add_observability_options,
     add_push_options,
     add_quota_options,
+    seconds,
+    seconds_or_zero,
     setup_observability,
 )
 from relaykit.cli._security import SERVING_ONLY, add_push_secrets_option
@@ -37,8 +39,8 @@ def add_worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--push-allow", action="append", default=[], metavar="HOST_OR_CIDR")
     add_push_options(p)
     add_push_secrets_option(p)
-    p.add_argument("--grace", type=float, default=5.0, help="seconds running executions get on shutdown")
-    p.add_argument("--executor-timeout", type=float, default=None, help="fail executions running longer")
+    p.add_argument("--grace", type=seconds_or_zero, default=5.0, help="seconds running executions get on shutdown")
+    p.add_argument("--executor-timeout", type=seconds, default=None, help="fail executions running longer")
     p.add_argument("--metrics-port", type=int, default=None, metavar="PORT", help="GET /metrics on this port")
     p.add_argument("--metrics-host", default="127.0.0.1", help="the address --metrics-port listens on")
     add_cluster_options(p)

@@ -1,4 +1,4 @@
-"""Security options that cannot mean anything are refused before anything listens: one clear line, exit code 2."""
+"""Options that cannot mean anything are refused before anything listens: one clear line, exit code 2."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -29,3 +31,19 @@ def test_a_key_file_giving_one_key_to_two_owners_is_refused(cli: Cli, tmp_path: 
     assert f"--api-keys: {keys}:2: this key is already given to 'alice'" in result.stderr
     assert "same" not in result.stderr.replace("--api-keys", "")  # the key itself is never printed
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--executor-timeout", "-1", "must be a number of seconds above 0"),
+        ("--executor-timeout", "0", "must be a number of seconds above 0"),
+        ("--keepalive", "0", "must be a number of seconds above 0"),
+        ("--grace", "-5", "must be a number of seconds, 0 or more"),
+        ("--grace", "nan", "not a finite number"),
+    ],
+)
+def test_durations_out_of_range_are_refused(cli: Cli, option: str, value: str, message: str) -> None:
+    result = cli("serve", "examples/echo.py", "--store", "memory", option, value)
+    assert result.returncode == 2
+    assert f"argument {option}: {message}" in result.stderr
