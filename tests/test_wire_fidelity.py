@@ -992,6 +992,22 @@ def test_presence_tracked_false_is_emitted() -> None:
     assert json.loads(rk.AgentCapabilities().to_json()) == {}
 
 
+def test_list_page_with_artifacts_included_lists_them_as_the_sdk_does() -> None:
+    """With includeArtifacts (the handler sets ``artifacts_included``) a task without artifacts carries
+    ``"artifacts": []``, as the SDK's own ListTasks serializer writes it (which also writes every other default), and a
+    strict ProtoJSON parser reads it as the same page; without it the page is plain ProtoJSON, unchanged."""
+    page = build("ListTasksResponse", tasks=[TASK_FULL, TASK_MINIMAL], page_size=2, total_size=2)
+    included = json.loads(page.rk.model_copy(update={"artifacts_included": True}).to_json())
+    sdk = serialize_list_tasks_response(page.sdk, include_artifacts=True)
+    assert all("artifacts" in t for t in included["tasks"])
+    assert included["tasks"][1]["artifacts"] == sdk["tasks"][1]["artifacts"] == []
+    assert json_format.Parse(json.dumps(included), pb.ListTasksResponse()) == page.sdk
+    plain = json.loads(page.rk.to_json())
+    assert "artifacts" not in plain["tasks"][1]
+    assert {k: v for k, v in included["tasks"][1].items() if k != "artifacts"} == plain["tasks"][1]
+    assert "relaykitArtifactsIncluded" not in included
+
+
 @pytest.mark.parametrize(
     "encoded",
     [

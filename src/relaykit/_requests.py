@@ -102,6 +102,9 @@ class ListTasksResponse(A2AModel):
     next_page_token: str = ""
     page_size: int = 0
     total_size: int = 0
+    # Not on the wire: the request asked for includeArtifacts (set by the handler), so every task's ``artifacts`` is
+    # emitted, ``[]`` for a task that has none (below). No binding encodes the flag itself.
+    artifacts_included: bool = Field(default=False, exclude=True, alias="relaykitArtifactsIncluded")
 
     @model_serializer(mode="wrap")
     def _always_all(self, handler: Any) -> dict[str, Any]:
@@ -112,6 +115,14 @@ class ListTasksResponse(A2AModel):
         out.setdefault("nextPageToken", "")
         out.setdefault("pageSize", self.page_size)
         out.setdefault("totalSize", self.total_size)
+        if self.artifacts_included:
+            # Spec §3.1.4: with includeArtifacts the field is present with its actual content, "an empty array if the
+            # task has no artifacts", so a reader can tell "none" from "not asked for". ProtoJSON omits an empty
+            # repeated field, but every ProtoJSON parser accepts a present empty list as the same value (the
+            # a2a-sdk's own server emits it so), so nothing that reads the page strictly is broken by it. Only
+            # when asked: the default page is unchanged and costs one flag test more.
+            for task in out["tasks"]:
+                task.setdefault("artifacts", [])
         return out
 
 

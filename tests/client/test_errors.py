@@ -200,6 +200,24 @@ async def test_extension_required_then_extended_card_not_configured(strict_serve
                 await client.extended_card()
 
 
+async def test_required_extension_on_a_later_header_line_counts(strict_server: ServerProcess, binding: str) -> None:
+    """Several ``A2A-Extensions`` lines are one comma-separated list (RFC 9110 §5.3): the required extension on the
+    second line activates it as on the first (sent raw: relaykit's client joins them into one line itself)."""
+    headers = [("A2A-Version", "1.0"), ("A2A-Extensions", "urn:ext:opt"), ("A2A-Extensions", REQUIRED_EXTENSION)]
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "hello"}]}
+    async with httpx.AsyncClient(base_url=strict_server.url, timeout=T) as http:
+        if binding == "JSONRPC":
+            body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+            reply = await http.post("/", json=body, headers=headers)
+            result = reply.json().get("result") or reply.json()
+        else:
+            reply = await http.post("/message:send", json={"message": message}, headers=headers)
+            result = reply.json()
+    assert reply.status_code == 200, reply.text
+    assert result["task"]["status"]["state"] == "TASK_STATE_COMPLETED", result
+    assert reply.headers["a2a-extensions"] == REQUIRED_EXTENSION
+
+
 async def test_unsupported_extended_card(nopush_server: ServerProcess, binding: str) -> None:
     async with asyncio.timeout(T), _client(nopush_server, binding) as client:
         with pytest.raises(UnsupportedOperationError):

@@ -260,6 +260,58 @@ async def test_extensions_required_and_echoed(grpc_agent: Callable[..., Any]) ->
         await client.channel.close()
 
 
+async def test_repeated_extension_entries_are_one_list(grpc_agent: Callable[..., Any]) -> None:
+    # gRPC metadata follows HTTP/2 fields (RFC 9110 §5.3): the required extension in the second entry counts.
+    executor = Interop()
+    executor.card = AgentCard(  # type: ignore[attr-defined]
+        name="ext",
+        version="1.0.0",
+        capabilities=AgentCapabilities(
+            extensions=[AgentExtension(uri="urn:a2a:test:required", required=True), AgentExtension(uri="urn:opt")]
+        ),
+    )
+    _app, address = await grpc_agent(executor, grace=0.5)
+    client = Raw(address)
+    try:
+        call = client.unary("SendMessage", pb.SendMessageResponse)(
+            pb.SendMessageRequest(message=pb.Message(message_id="m", role=pb.ROLE_USER, parts=[pb.Part(text="hi")])),
+            metadata=(*V1, ("a2a-extensions", "urn:opt"), ("a2a-extensions", "urn:a2a:test:required")),
+            timeout=TIMEOUT,
+        )
+        reply = await call
+        assert reply.task.status.state == pb.TASK_STATE_COMPLETED
+        assert dict(await call.initial_metadata())["a2a-extensions"] == "urn:a2a:test:required, urn:opt"
+    finally:
+        await client.channel.close()
+
+
+async def test_push_config_rules_hold_on_grpc_too(raw: Raw) -> None:
+    """An empty authentication scheme and an id that no URL path can hold are refused as on the JSON bindings; an id
+    with "/" or ":" is kept as it is (the REST binding can address it too)."""
+    task_id = (await raw.send("hello")).task.id
+    create = raw.unary("CreateTaskPushNotificationConfig", pb.TaskPushNotificationConfig)
+    hook = "https://hooks.example.com/a2a"
+    for config, field in (
+        (pb.TaskPushNotificationConfig(task_id=task_id, url=hook, authentication=pb.AuthenticationInfo()), "scheme"),
+        (pb.TaskPushNotificationConfig(task_id=task_id, url=hook, id=".."), "id"),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await create(config, metadata=V1, timeout=TIMEOUT)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        _, unpacked = details_of(caught.value)
+        fields = [v.field for d in unpacked if isinstance(d, error_details_pb2.BadRequest) for v in d.field_violations]
+        assert any(f.endswith(field) for f in fields), fields
+    made = await create(
+        pb.TaskPushNotificationConfig(task_id=task_id, url=hook, id="a/b:c"), metadata=V1, timeout=TIMEOUT
+    )
+    assert made.id == "a/b:c"
+    get = raw.unary("GetTaskPushNotificationConfig", pb.TaskPushNotificationConfig)
+    fetched = await get(
+        pb.GetTaskPushNotificationConfigRequest(task_id=task_id, id="a/b:c"), metadata=V1, timeout=TIMEOUT
+    )
+    assert fetched.url == hook
+
+
 async def test_health_and_reflection(grpc_agent: Callable[..., Any]) -> None:
     app, address = await grpc_agent(Interop(), grace=0.5)
     channel = grpc.aio.insecure_channel(address)

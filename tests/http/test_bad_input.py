@@ -109,6 +109,9 @@ VERSION_REST = Expect(400, "VERSION_NOT_SUPPORTED", status="FAILED_PRECONDITION"
 NO_VERSION: dict[str, str | None] = {"A2A-Version": None}
 TRUNCATED = b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": '
 BIG_TEXT = "x" * (2 * MAX_BODY)
+HOOK = "https://hooks.example.com/a2a"  # never called: every row using it is refused before anything is stored
+HOOK_NO_SCHEME = {"url": HOOK, "authentication": {"scheme": ""}}
+INLINE_NO_SCHEME = {"taskPushNotificationConfig": HOOK_NO_SCHEME}
 
 ROWS: list[Row] = [
     Row(
@@ -201,6 +204,42 @@ ROWS: list[Row] = [
         "bad-status-filter",
         jsonrpc=(rpc(envelope("ListTasks", {"status": "TASK_STATE_BOGUS"})), rpc_invalid_params("status")),
         rest=(rest("GET", "/tasks?status=TASK_STATE_BOGUS"), rest_invalid_params("status")),
+    ),
+    # REQUIRED means set, not just present: an empty scheme is refused like a missing one (gRPC cannot tell the two
+    # apart), on creation and inline in a message.
+    Row(
+        "push-config-empty-auth-scheme",
+        jsonrpc=(
+            rpc(envelope("CreateTaskPushNotificationConfig", {"taskId": DONE, **HOOK_NO_SCHEME})),
+            rpc_invalid_params("authentication.scheme"),
+        ),
+        rest=(
+            rest("POST", f"/tasks/{DONE}/pushNotificationConfigs", HOOK_NO_SCHEME),
+            rest_invalid_params("authentication.scheme"),
+        ),
+    ),
+    Row(
+        "inline-push-config-empty-auth-scheme",
+        jsonrpc=(
+            rpc(envelope("SendMessage", {"message": message(), "configuration": INLINE_NO_SCHEME})),
+            rpc_invalid_params("configuration.taskPushNotificationConfig.authentication.scheme"),
+        ),
+        rest=(
+            rest("POST", "/message:send", {"message": message(), "configuration": INLINE_NO_SCHEME}),
+            rest_invalid_params("configuration.taskPushNotificationConfig.authentication.scheme"),
+        ),
+    ),
+    # ".." is removed from a URL path by the client before it is sent: such a config could never be fetched over REST.
+    Row(
+        "push-config-dot-dot-id",
+        jsonrpc=(
+            rpc(envelope("CreateTaskPushNotificationConfig", {"taskId": DONE, "id": "..", "url": HOOK})),
+            rpc_invalid_params("id"),
+        ),
+        rest=(
+            rest("POST", f"/tasks/{DONE}/pushNotificationConfigs", {"id": "..", "url": HOOK}),
+            rest_invalid_params("id"),
+        ),
     ),
     Row(
         "unknown-task",

@@ -65,6 +65,14 @@ async def test_mounted_under_a_path_in_a_parent_app() -> None:
         rpc = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task["id"]}}
         got = await http.post("/a2a/", json=rpc, headers=HEADERS)
         assert got.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+        # A percent-encoded id is routed on the path as sent (raw_path), below the mount path too.
+        configs = f"/a2a/tasks/{task['id']}/pushNotificationConfigs"
+        hook = {"id": "a/b:c", "url": "https://hooks.example.com/a2a"}
+        assert (await http.post(configs, json=hook, headers=HEADERS)).json()["id"] == "a/b:c"
+        fetched = await http.get(f"{configs}/a%2Fb%3Ac", headers=HEADERS)
+        assert fetched.status_code == 200, fetched.text
+        assert fetched.json()["id"] == "a/b:c"
     await relay.state.relaykit.stop()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -53,7 +54,7 @@ class Api:
 
     def get(self, task_id: str, config_id: str) -> Any:
         if self.binding == "rest":
-            return self._rest("GET", f"/tasks/{task_id}/pushNotificationConfigs/{config_id}")
+            return self._rest("GET", f"/tasks/{task_id}/pushNotificationConfigs/{segment(config_id)}")
         return self._rpc("GetTaskPushNotificationConfig", {"taskId": task_id, "id": config_id})
 
     def list(self, task_id: str) -> Any:
@@ -63,8 +64,13 @@ class Api:
 
     def delete(self, task_id: str, config_id: str) -> Any:
         if self.binding == "rest":
-            return self._rest("DELETE", f"/tasks/{task_id}/pushNotificationConfigs/{config_id}")
+            return self._rest("DELETE", f"/tasks/{task_id}/pushNotificationConfigs/{segment(config_id)}")
         return self._rpc("DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": config_id})
+
+
+def segment(value: str) -> str:
+    """A path variable as a client puts it in the URL: every reserved character percent-encoded."""
+    return quote(value, safe="")
 
 
 def not_found(result: Any, binding: str) -> bool:
@@ -129,6 +135,31 @@ def test_config_ids_are_scoped_per_task(api: Api, server: Server) -> None:
     assert api.get(two, "tck-push-1")["url"] == "https://two.example.com/"
     api.delete(one, "tck-push-1")
     assert api.get(two, "tck-push-1")["url"] == "https://two.example.com/"
+
+
+@pytest.mark.parametrize("config_id", ["a:b", "a/b", "x:cancel", "100%", "?#&=+ ", "ü"])
+def test_a_client_chosen_id_is_addressable_over_rest_whatever_it_holds(
+    api: Api, server: Server, config_id: str
+) -> None:
+    """Created on either binding, a config with "/" or ":" (or "%", or any other reserved character) in its id is
+    fetched and deleted over REST with the id percent-encoded in the path, as on the other bindings (spec §5.1)."""
+    task_id = completed(server)
+    assert api.create(task_id, id=config_id)["id"] == config_id
+    rest = Api(server, "rest")
+    assert rest.get(task_id, config_id)["id"] == config_id
+    assert [c["id"] for c in rest.list(task_id)["configs"]] == [config_id]
+    assert rest.delete(task_id, config_id) in (None, {})
+    assert not_found(rest.get(task_id, config_id), "rest")
+
+
+def test_a_colon_in_an_id_may_also_be_sent_unencoded(server: Server) -> None:
+    # RFC 3986 allows ":" in a path segment; no ":verb" route follows a config id, so it cannot be mistaken for one.
+    task_id = completed(server)
+    Api(server, "jsonrpc").create(task_id, id="a:b")
+    path = f"{server.base}/tasks/{task_id}/pushNotificationConfigs/a:b"
+    assert httpx.get(path, headers=A2A).json()["id"] == "a:b"
+    assert httpx.delete(path, headers=A2A).status_code == 200
+    assert httpx.get(path, headers=A2A).status_code == 404
 
 
 def test_unknown_task_and_unknown_config_are_not_found(api: Api, server: Server) -> None:

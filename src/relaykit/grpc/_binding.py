@@ -4,8 +4,9 @@ Every rpc decodes its request (protobuf ⇒ the pydantic model, validated exactl
 the ``RequestHandler`` method the operation names, and encodes the result. Wire conventions:
 
 * **Metadata in** (``_metadata``): ``a2a-version`` (required: missing or empty means 0.3, and anything but 1.x is
-  ``VersionNotSupportedError``, as on HTTP), ``a2a-extensions`` (comma-separated URIs; ``x-a2a-extensions`` too),
-  ``last-event-id`` (SubscribeToTask: resume after that event id, as SSE ``Last-Event-ID``).
+  ``VersionNotSupportedError``, as on HTTP), ``a2a-extensions`` (comma-separated URIs; repeated entries are one
+  list; ``x-a2a-extensions`` too), ``last-event-id`` (SubscribeToTask: resume after that event id, as SSE
+  ``Last-Event-ID``).
 * **Metadata out**: streams send initial metadata ``a2a-first-event-id: N`` with the first message. The events of one
   stream are consecutive numbers of the task's event sequence (the same ids SSE carries), so message *k* (from 0) has
   id ``N + k``; the trailing metadata carries ``a2a-last-event-id`` (the id of the last message sent). Activated
@@ -121,7 +122,11 @@ class GrpcBinding:
             ) from None
         if auth.interceptors:
             await auth.authorize(op.name, principal, request)
-        raw = metadata.get("a2a-extensions") or metadata.get("x-a2a-extensions") or ""
+        # Both names count, as on HTTP (call_metadata has joined the repeated entries of each).
+        raw = metadata.get("a2a-extensions", "")
+        prefixed = metadata.get("x-a2a-extensions")
+        if prefixed:
+            raw = f"{raw},{prefixed}"
         requested = frozenset(part.strip() for part in raw.split(",") if part.strip())
         call = CallContext(
             user=principal.id,

@@ -3,6 +3,7 @@ certificate) and what the binding sends back (activated extensions).
 
 * ``a2a-version`` is required on the 1.0 service: missing or empty means 0.3, and anything but 1.x is
   ``VersionNotSupportedError``, as on HTTP; the 0.3 service takes none or 0.x.
+* ``a2a-extensions`` (and ``x-a2a-extensions``) may come as several entries: they are one list, joined.
 * ``last-event-id`` (SubscribeToTask) resumes after that event id, as SSE ``Last-Event-ID``.
 """
 
@@ -55,11 +56,20 @@ def check_v03_version(value: str | None) -> None:
         )
 
 
+# Keys whose repeated entries are one comma-separated list (HTTP/2 field semantics, RFC 9110 §5.3): every entry
+# counts. Any other repeated key keeps its first value (a second ``authorization`` is not appended to the first).
+_LIST_KEYS = frozenset({"a2a-extensions", "x-a2a-extensions"})
+
+
 def call_metadata(context: Any) -> dict[str, str]:
+    """The call's text metadata, one value per key: the first, or for a list-valued key all of them joined."""
     out: dict[str, str] = {}
     for key, value in context.invocation_metadata() or ():
-        if isinstance(value, str) and key not in out:
-            out[key] = value
+        if isinstance(value, str):
+            if key not in out:
+                out[key] = value
+            elif key in _LIST_KEYS:  # only a repeated key gets here: the usual call pays nothing for it
+                out[key] = f"{out[key]},{value}"
     return out
 
 

@@ -42,6 +42,7 @@ from relaykit.auth._gate import Auth
 from relaykit.backends._base import PushConfigStore, PushOutbox, TaskStore
 from relaykit.backends._bus import EventBus
 from relaykit.http._asgi import Receive, Scope, Send, header, send_bytes
+from relaykit.http._conditional import evaluate
 from relaykit.http._jsonrpc import JSONRPCBinding
 from relaykit.http._push import JWKS_PATH, STATUS_PATH, JWKSEndpoint, PushStatusEndpoint
 from relaykit.http._rest import RESTBinding
@@ -80,7 +81,7 @@ class _RenderedCard:
     """One card, encoded once, with its validators: ``body`` as served to a 0.3 client (or one that does not say),
     ``v10`` as served to a request that carries ``A2A-Version: 1.x``."""
 
-    __slots__ = ("body", "etag", "headers", "v10")
+    __slots__ = ("body", "etag", "headers", "modified", "v10")
 
     def __init__(
         self,
@@ -102,10 +103,12 @@ class _RenderedCard:
             body = card.to_json() if merged is None else pydantic_core.to_json(merged)
         self.body = body
         self.etag = b'"' + hashlib.sha256(self.body).hexdigest()[:32].encode() + b'"'
+        # Whole seconds, as Last-Modified says it: If-Modified-Since with that very value is "not modified".
+        self.modified = int(time.time())
         self.headers = [
             (b"etag", self.etag),
             (b"cache-control", b"public, max-age=%d" % max_age),
-            (b"last-modified", formatdate(usegmt=True).encode()),
+            (b"last-modified", formatdate(self.modified, usegmt=True).encode()),
             (b"access-control-allow-origin", b"*"),
         ]
         plain = card.to_json() if rendered_here else self.body
@@ -174,10 +177,14 @@ class _CardEndpoint:
         rendered = self.fixed if self.fixed is not None else self._for_base(request_base(scope))
         if _speaks_v1(scope):
             rendered = rendered.v10
-        match = header(scope, b"if-none-match")
-        if match is not None and rendered.etag in {m.strip() for m in match.split(b",")}:
+        status = evaluate(scope, rendered.etag, rendered.modified)  # RFC 9110 §13.2.2 (relaykit.http._conditional)
+        if status == 304:
             await send({"type": "http.response.start", "status": 304, "headers": rendered.headers})
             await send({"type": "http.response.body", "body": b""})
+            return
+        if status == 412:
+            # No Cache-Control here: a cache may store any status that carries explicit freshness (RFC 9111 §3).
+            await send_bytes(send, 412, b"", b"text/plain", [(b"etag", rendered.etag)])
             return
         await send_bytes(send, 200, rendered.body, b"application/json", rendered.headers)
 

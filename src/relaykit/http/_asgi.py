@@ -234,7 +234,13 @@ def auth_headers(exc: A2AError) -> list[tuple[bytes, bytes]]:
 def call_context(scope: Scope, tenant: str = "", principal: Principal = ANONYMOUS_PRINCIPAL) -> CallContext:
     """Who is calling (``principal``, from ``authenticate``), the tenant, the requested extensions."""
     requested: frozenset[str] = frozenset()
-    raw = header(scope, b"a2a-extensions") or header(scope, b"x-a2a-extensions")
+    # Every A2A-Extensions (or X-A2A-Extensions) line counts: repeated field lines are one comma-separated list
+    # (RFC 9110 §5.3). One walk of the headers (the two first-match lookups this replaces walked them twice when
+    # neither name was sent, the usual request), and nothing is allocated unless a line is found.
+    raw = b""
+    for key, value in scope["headers"]:
+        if key == b"a2a-extensions" or key == b"x-a2a-extensions":
+            raw = value if not raw else raw + b"," + value
     if raw:
         requested = frozenset(part.strip() for part in raw.decode("latin-1").split(",") if part.strip())
     return CallContext(

@@ -2,10 +2,12 @@
 
 Wire choices (digest §3.3, §9): responses are ``application/a2a+json`` (requests may use it or
 ``application/json``); errors are google.rpc.Status bodies with the table's HTTP status; path variables win over
-the body; GET parameters are camelCase query parameters (repeated or comma-separated lists); SubscribeToTask is
-served on POST and GET; ``POST …:cancel`` may have an empty body and no Content-Type, but a Content-Type that is not
-JSON is refused (415) even with an empty body, so a cross-site form post cannot change state. Every request is
-authenticated (``relaykit.auth``) before its body is read: 401 + ``WWW-Authenticate`` when refused.
+the body, and hold any character percent-encoded (a request with a ``%`` in its path is routed on the path as sent,
+``raw_path``, so an id's ``%2F`` or ``%3A`` is not a separator; a push config id's ":" may also come unencoded, as
+no ":verb" route follows it); GET parameters are camelCase query parameters (repeated or comma-separated lists);
+SubscribeToTask is served on POST and GET; ``POST …:cancel`` may have an empty body and no Content-Type, but a
+Content-Type that is not JSON is refused (415) even with an empty body, so a cross-site form post cannot change state.
+Every request is authenticated (``relaykit.auth``) before its body is read: 401 + ``WWW-Authenticate`` when refused.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 from typing import Any
+from urllib.parse import unquote
 
 import pydantic_core
 from pydantic import ValidationError
@@ -60,14 +63,46 @@ _SEGMENT = re.compile(r"\{(\w+)\}")
 _LIST_FIELDS: frozenset[str] = frozenset({"acceptedOutputModes"})
 
 
-def _compile(path: str, tenant: bool) -> re.Pattern[str]:
-    # An id segment never holds "/" or ":" (the ":cancel" / ":subscribe" suffixes follow it).
-    pattern = _SEGMENT.sub(
-        lambda m: f"(?P<{m.group(1)}>[^/:]+)", re.escape(path).replace(r"\{", "{").replace(r"\}", "}")
-    )
+def _compile(path: str, tenant: bool, colon_last: bool = False) -> re.Pattern[str]:
+    # A variable is one path segment. It never holds ":" where a ":verb" route may follow it ("/tasks/{id}" beside
+    # "/tasks/{id}:cancel": the verb must not be swallowed); a template's last variable that no route follows with a
+    # verb (``colon_last``: the push config id) takes ":" as data, as RFC 3986 allows in a segment.
+    template = re.escape(path).replace(r"\{", "{").replace(r"\}", "}")
+
+    def variable(m: re.Match[str]) -> str:
+        last = colon_last and m.end() == len(template)
+        return f"(?P<{m.group(1)}>{'[^/]+' if last else '[^/:]+'})"
+
+    pattern = _SEGMENT.sub(variable, template)
     if tenant:
         pattern = r"/(?P<tenant>[^/]+)" + pattern
     return re.compile(f"^{pattern}$")
+
+
+def _colon_last(path: str, paths: list[str]) -> bool:
+    """Whether ``path`` ends in a variable that no other template follows with a ``:verb``."""
+    return path.endswith("}") and not any(other.startswith(path + ":") for other in paths)
+
+
+def _encoded_path(raw: bytes, root: str) -> str | None:
+    """The request path below ``root`` as sent, still percent-encoded (``raw_path``); None if it cannot be had.
+
+    Routing on it lets a variable hold any character: an id's "/" or ":" arrives as ``%2F`` / ``%3A`` (the client
+    encodes a path variable, as google.api.http transcoding does), which the decoded ``path`` can no longer tell
+    apart from the separators. The root is matched by its segment count, then checked against the decoded root.
+    """
+    try:
+        text = raw.split(b"?", 1)[0].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    root = root.rstrip("/")
+    if root:
+        depth = root.count("/")
+        parts = text.split("/", depth + 1)
+        if len(parts) < depth + 1 or unquote("/".join(parts[: depth + 1])) != root:
+            return None
+        text = "/" + parts[depth + 1] if len(parts) > depth + 1 else "/"
+    return text
 
 
 class _Route:
@@ -85,17 +120,23 @@ class _Route:
 def _routes() -> list[_Route]:
     plain: list[_Route] = []
     tenanted: list[_Route] = []
+    paths = [route.path for op in OPERATIONS for route in op.routes]
     for op in OPERATIONS:
         for route in op.routes:
-            plain.append(_Route(op, route.method, _compile(route.path, False), route.body))
-            tenanted.append(_Route(op, route.method, _compile(route.path, True), route.body))
+            colon = _colon_last(route.path, paths)
+            plain.append(_Route(op, route.method, _compile(route.path, False, colon), route.body))
+            tenanted.append(_Route(op, route.method, _compile(route.path, True, colon), route.body))
     # Suffix routes (":cancel", ":subscribe") are listed before "/tasks/{id}" by construction of the patterns
     # ([^/:] never swallows the suffix), and un-tenanted paths are tried first.
     return plain + tenanted
 
 
 def _routes_v03() -> list[_Route]:
-    return [_Route(r.op, r.method, _compile(r.path, False), r.body, r.decode) for r in v03.ROUTES]
+    paths = [r.path for r in v03.ROUTES]
+    return [
+        _Route(r.op, r.method, _compile(r.path, False, _colon_last(r.path, paths)), r.body, r.decode)
+        for r in v03.ROUTES
+    ]
 
 
 def _query_to_params(scope: Scope) -> dict[str, Any]:
@@ -141,6 +182,20 @@ class RESTBinding:
             raise MethodNotFoundError(f"{method} is not allowed on {path}", method=method, path=path)
         return None
 
+    def match_encoded(
+        self, method: str, raw: bytes, path: str, root: str, routes: list[_Route] | None = None
+    ) -> tuple[_Route, dict[str, str]] | None:
+        """``match`` for a request whose path was sent percent-encoded (``raw``: ASGI ``raw_path``), its variables
+        decoded: an encoded "/" or ":" inside an id stays inside it. The decoded ``path`` is matched instead when the
+        raw path does not decode to it (a middleware rewrote ``path``), or matches no route (an encoded letter in a
+        route's literal part)."""
+        encoded = _encoded_path(raw, root)
+        if encoded is not None and unquote(encoded) == path:
+            found = self.match(method, encoded, routes)
+            if found is not None:
+                return found[0], {name: unquote(value) for name, value in found[1].items()}
+        return self.match(method, path, routes)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         legacy = False
         try:
@@ -150,7 +205,12 @@ class RESTBinding:
                 path = path[len(root) :] or "/"
             # A 0.3 request (digest §8): a /v1/ path without a 1.0 version; with A2A-Version: 1.0, "v1" is a tenant.
             legacy = bool(self.routes_v03) and path.startswith("/v1/") and request_version(scope, legacy=True) != "1.0"
-            found = self.match(scope["method"], path, self.routes_v03 if legacy else None)
+            routes = self.routes_v03 if legacy else None
+            raw: bytes | None = scope.get("raw_path")
+            if raw is not None and b"%" in raw:
+                found = self.match_encoded(scope["method"], raw, path, root, routes)
+            else:  # the usual request: nothing was percent-encoded, the decoded path is the path as sent
+                found = self.match(scope["method"], path, routes)
             if legacy:
                 scope["relaykit.v03"] = True  # for the request's span
             if found is None:

@@ -21,7 +21,7 @@ from relaykit._errors import (
     UnsupportedOperationError,
 )
 from relaykit._ids import new_id
-from relaykit._model import A2AModel, Encoded
+from relaykit._model import A2AModel, Encoded, set_field
 from relaykit._requests import (
     CancelTaskRequest,
     DeleteTaskPushNotificationConfigRequest,
@@ -126,8 +126,34 @@ class RequestHandler:
         if config is None:
             return
         self._require_push()
+        await self._check_push_config(config, "configuration.taskPushNotificationConfig.")
+
+    async def _check_push_config(self, config: TaskPushNotificationConfig, where: str) -> None:
+        """What a push config must be before it is stored, whichever binding or operation carried it (``where``:
+        the prefix of its field paths in errors): REQUIRED fields set, an id every binding can address, a URL the
+        SSRF guard lets through."""
+        if not config.url:
+            raise InvalidParamsError(f"{where}url is required", field_violations=[(f"{where}url", "required")])
+        # A REQUIRED string is refused empty as well as absent: proto3 cannot tell the two apart (the gRPC binding
+        # decodes "" as absent), so the JSON bindings must not accept what gRPC refuses.
+        if config.authentication is not None and not config.authentication.scheme:
+            field = f"{where}authentication.scheme"
+            raise InvalidParamsError(
+                f"{field} is required when authentication is given (e.g. Bearer)",
+                field_violations=[(field, "required")],
+            )
+        # Client-chosen ids: the HTTP+JSON routes take any character in an id, percent-encoded (the REST binding
+        # matches on the path as sent). Only "." and ".." cannot be a path segment: clients remove them as dot
+        # segments (RFC 3986 §5.2.4) before sending, so such a config could be created but never fetched or
+        # deleted over HTTP+JSON. Refused here, on every binding, since every binding must offer the same operations.
+        if config.id in (".", ".."):
+            field = f"{where}id"
+            raise InvalidParamsError(
+                f'{field} {config.id!r} cannot be used: "." and ".." are not addressable as a URL path segment',
+                field_violations=[(field, 'must not be "." or ".."')],
+            )
         if self.push_url_check is not None:
-            await self.push_url_check(config.url, "configuration.taskPushNotificationConfig.url")
+            await self.push_url_check(config.url, f"{where}url")
 
     # --- messages ----------------------------------------------------------------------------------------
 
@@ -210,9 +236,12 @@ class RequestHandler:
             if not request.include_artifacts:
                 task.artifacts = []
             trim_history(task, request.history_length)
-        return ListTasksResponse(
+        response = ListTasksResponse(
             tasks=tasks, next_page_token=page.next_page_token, page_size=page_size, total_size=page.total_size
         )
+        if request.include_artifacts:  # every task's artifacts emitted, [] when it has none (spec §3.1.4)
+            set_field(response, "artifacts_included", True)
+        return response
 
     async def cancel_task(self, request: CancelTaskRequest, call: CallContext) -> Task:
         """CancelTask: answers once CANCELED is persisted."""
@@ -256,10 +285,7 @@ class RequestHandler:
     ) -> TaskPushNotificationConfig:
         """CreateTaskPushNotificationConfig: the server assigns an id when none is given."""
         tenant = await self._push_scope(request.tenant, request.task_id, call)
-        if not request.url:
-            raise InvalidParamsError("url is required", field_violations=[("url", "required")])
-        if self.push_url_check is not None:
-            await self.push_url_check(request.url, "url")
+        await self._check_push_config(request, "")
         cap = self.quotas.quotas.push_configs
         if cap > 0:
             existing = await self.push_store.list(request.task_id, tenant=tenant, owner=call.user)
