@@ -1,7 +1,8 @@
 """TLS on the HTTP and the gRPC port, and mutual TLS as authentication, with a throwaway CA made by the test.
 
 The client is given the CA bundle (and a client certificate) once and uses them on every binding. A certificate's
-subject is the principal, the same on HTTP and gRPC; a client without a certificate never gets past the handshake.
+subject is the principal, the same on HTTP and gRPC. One from another CA never gets past the handshake; without one,
+HTTP answers 401 (the card and health stay public) and gRPC's handshake refuses (Python gRPC cannot make it optional).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from auth.conftest import BINDINGS, Served, T, pem
 from auth.whoami_agent import whoami
@@ -27,7 +29,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from relaykit import Task
 from relaykit.auth import Auth, MTLSAuthenticator
 from relaykit.client import Client
-from relaykit.errors import A2AError, TaskNotFoundError
+from relaykit.errors import A2AError, AuthenticationRequiredError, TaskNotFoundError
 from relaykit.grpc import server_credentials
 
 
@@ -103,7 +105,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 async def _serve(agent: Callable[..., Any], pki: Pki, *, mutual: bool) -> Served:
     options: dict[str, Any] = {"ssl_certfile": str(pki.server_cert), "ssl_keyfile": str(pki.server_key)}
     if mutual:
-        options.update(ssl_ca_certs=str(pki.ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
+        options.update(ssl_ca_certs=str(pki.ca), ssl_cert_reqs=ssl.CERT_OPTIONAL)  # as relaykit serve sets it
     credentials = server_credentials(str(pki.server_cert), str(pki.server_key), str(pki.ca) if mutual else None)
     auth = Auth(MTLSAuthenticator()) if mutual else None
     return await agent(  # type: ignore[no-any-return]
@@ -140,12 +142,14 @@ async def test_client_certificates_are_the_principal(agent: Callable[..., Any], 
             await bob.get_task(task.id)
         assert [t async for t in bob.list_tasks()] == []
         for cert in (None, pki.stranger):
-            # No certificate, or one from another CA: the TLS handshake fails, nothing reaches the agent.
+            # One from another CA: the TLS handshake fails, nothing reaches the agent. None: no credential, 401 on
+            # HTTP; on gRPC the handshake requires one.
             nobody = Client(
                 served.url, card=alice.card, transports=[binding], timeout=T, ca_certs=str(pki.ca), client_cert=cert
             )
             await nobody.connect()
-            with pytest.raises(A2AError):
+            refused = AuthenticationRequiredError if cert is None and binding != "GRPC" else A2AError
+            with pytest.raises(refused):
                 await nobody.send("let me in")
             await nobody.aclose()
 
@@ -173,6 +177,15 @@ async def test_relaykit_serve_with_tls_and_client_certificates(pki: Pki) -> None
                 assert line, f"relaykit serve exited: {seen}"
                 seen += line
             assert f"on https://127.0.0.1:{port}" in seen
+            # Without a client certificate: what is public answers, an operation gets 401 with a challenge.
+            trusted = ssl.create_default_context(cafile=str(pki.ca))
+            async with httpx.AsyncClient(base_url=f"https://127.0.0.1:{port}", verify=trusted, timeout=T) as http:
+                for path in ("/.well-known/agent-card.json", "/healthz", "/readyz"):
+                    assert (await http.get(path)).status_code == 200, path
+                send = {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
+                refused = await http.post("/message:send", json=send, headers={"A2A-Version": "1.0"})
+                assert refused.status_code == 401
+                assert refused.headers["www-authenticate"] == 'mTLS realm="a2a"'
             for binding in BINDINGS:
                 client = Client(
                     f"https://127.0.0.1:{port}",
@@ -217,9 +230,13 @@ async def test_client_commands_take_the_ca_and_a_client_certificate(
     code, out, err = await run("card", served.url, "--json", *tls)
     assert code == 0, err
     assert json.loads(out)["name"] == "whoami"
-    # Without the client certificate the handshake fails (exit 3, unreachable); a key without its certificate is a
-    # usage error (exit 2) before anything is sent.
+    # Without the client certificate: refused, an A2A error (exit 1) saying what to present over HTTP, unreachable
+    # (exit 3) over gRPC, whose handshake requires it; a key without its certificate is a usage error (exit 2)
+    # before anything is sent.
     code, _, err = await run("send", served.url, "no cert", "--ca", str(pki.ca))
+    assert code == 1, err
+    assert "present a client certificate [UNAUTHENTICATED]" in err
+    code, _, err = await run("send", served.url, "no cert", "--transport", "grpc", "--ca", str(pki.ca))
     assert code == 3, err
     code, _, err = await run("send", served.url, "half", "--ca", str(pki.ca), "--key", key)
     assert code == 2

@@ -2,9 +2,10 @@
 
 Invariants:
 
-* The TLS layer verifies the certificate chain (``--ssl-ca-certs`` / ``ssl.CERT_REQUIRED`` on HTTP, a gRPC server
-  credential that requires client auth): this authenticator only names what was verified, and never sees an
-  unverified certificate.
+* The TLS layer verifies the certificate chain (``--ssl-ca-certs``: ``ssl.CERT_OPTIONAL`` on HTTP, where a
+  certificate that is sent must verify or the handshake fails; a gRPC server credential that requires client auth):
+  this authenticator only names what was verified, and never sees an unverified certificate. A connection without
+  one has no credential of this kind, so the gate answers 401 unless another scheme names the caller.
 * The principal is ``mtls:<subject>``, the subject as an RFC 4514 string (``CN=alice,O=Example``), identical on HTTP
   and gRPC because both hand over the DER certificate and the name is computed here.
 """
@@ -49,8 +50,9 @@ class MTLSAuthenticator:
 
     @property
     def challenge(self) -> str:
-        """No HTTP challenge exists for a certificate; the TLS handshake asks for it."""
-        return ""
+        """No registered HTTP scheme names a client certificate: this one tells the client what to present (a 401
+        must carry at least one challenge, RFC 9110 §15.5.2)."""
+        return 'mTLS realm="a2a"'
 
     async def authenticate(self, request: AuthRequest) -> Principal | None:
         """``mtls:<subject>`` when the connection presented a verified certificate; None otherwise."""

@@ -163,13 +163,20 @@ def _secrets_keys(args: argparse.Namespace) -> list[str]:
 
 
 def uvicorn_tls(args: argparse.Namespace) -> dict[str, Any]:
-    """uvicorn.Config's TLS options (client certificates required with ``--ssl-ca-certs``)."""
+    """uvicorn.Config's TLS options (client certificates asked for and verified with ``--ssl-ca-certs``)."""
     if not tls_on(args):
         return {}
     out: dict[str, Any] = {"ssl_certfile": args.ssl_certfile, "ssl_keyfile": args.ssl_keyfile}
     if args.ssl_ca_certs:
         out["ssl_ca_certs"] = args.ssl_ca_certs
-        out["ssl_cert_reqs"] = ssl.CERT_REQUIRED
+        # Optional at the handshake, required by the auth gate: a certificate that is sent must chain to the CA (or
+        # the handshake fails), and one that is not leaves the request without that credential. So the public card,
+        # /healthz, /readyz and /metrics stay reachable (a health probe has no client certificate), another scheme
+        # given with it (--api-keys, a JWT) is enough on its own as the card says, and every operation without any
+        # credential gets 401 + WWW-Authenticate like every other refusal (CONTRACT). gRPC cannot ask for an
+        # optional certificate (Python gRPC's server credentials either require one or never ask), so there the
+        # handshake requires it.
+        out["ssl_cert_reqs"] = ssl.CERT_OPTIONAL
     return out
 
 
