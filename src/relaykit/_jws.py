@@ -17,6 +17,13 @@ Invariants:
   differs, so both a strict verifier and a2a-sdk accept the card; ``verify_card(..., sdk_form=True)`` accepts a
   signature over it (off by default: that form does not cover the empty values, which a forger could then add).
   @a2a-js/sdk also leaves ``securitySchemes`` out of its payload (a2a-js #663); relaykit does not copy that.
+* a2a-sdk 0.3 signs and verifies another form again (``sdk03_canonical_card``): its 0.3 model's reading of the JSON
+  (``relaykit._v03._card_model``: 0.3 members only, schema defaults and empties dropped) serialised by ``json.dumps``
+  with sorted keys, not by RFC 8785. For a card that lists a 0.3 interface, ``sign_card(..., sdk_form=True)`` adds a
+  signature over that form of the card as served to 0.3 clients (1.0 + 0.3 members); ``verify_card(...,
+  sdk_form=True, received=...)`` accepts one over that form of the JSON received, only when those 0.3 members, read
+  back, are the whole card up to empty values: the form leaves out every 1.0 member (``supportedInterfaces``, say),
+  which must not be left for a forger to change.
 """
 
 from __future__ import annotations
@@ -27,10 +34,22 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from relaykit._card import AgentCard, AgentCardSignature
 from relaykit._errors import A2AInvalidCardError
+from relaykit._v03._card import card_in, card_merged, is_v03
+from relaykit._v03._card_model import model_view
 
-__all__ = ["canonical_card", "sdk_canonical_card", "sign_card", "sign_served_json", "verify_card"]
+__all__ = [
+    "canonical_card",
+    "sdk03_canonical_card",
+    "sdk_canonical_card",
+    "sign_card",
+    "sign_served_json",
+    "verify_card",
+    "verify_sdk03_signature",
+]
 
 # Key for verify_card: a key (PEM, cryptography key, PyJWK, JWK dict), a {kid: key} mapping, or a callable
 # (kid, jku) -> key (None when it has no key for them).
@@ -83,6 +102,40 @@ def sdk_canonical_card(card: AgentCard) -> bytes:
     return _jcs(_drop_empty(data) or {})
 
 
+def sdk03_canonical_card(data: Mapping[str, Any]) -> bytes | None:
+    """The payload a2a-sdk 0.3 signs and verifies for the card JSON ``data`` (``None``: ``data`` is no 0.3 card)."""
+    view = model_view(data, defaults=False)
+    if view is None:
+        return None
+    # Not RFC 8785, on purpose: a2a-sdk 0.3.26 (``a2a.utils.helpers.canonicalize_agent_card``) serialises its model
+    # dump with json.dumps(sort_keys=True, separators=(",", ":")): keys in code point order, non-ASCII as \u
+    # escapes, floats as Python's repr (1e-07, 1.0). Its signature is over exactly those bytes, so a signature a
+    # 0.3 SDK accepts, or one it made, can only be over them; that is why this form is an extra one, never the
+    # only one (the strict RFC 8785 form stays the card's first signature).
+    return json.dumps(_drop_empty(view) or {}, separators=(",", ":"), sort_keys=True).encode("ascii")
+
+
+def _unsigned(card: AgentCard) -> Any:
+    data = card.to_dict()
+    data.pop("signatures", None)
+    return _drop_empty(data)
+
+
+def _sdk03_covering(card: AgentCard, received: Mapping[str, Any]) -> bytes | None:
+    """a2a-sdk 0.3's payload for ``received``, when the 0.3 members it covers, read back, are ``card`` (up to empty
+    values, which that payload leaves out); ``None`` otherwise (a 1.0 member outside it would go unchecked)."""
+    covered = model_view(received, defaults=True)
+    if covered is None:
+        return None
+    try:
+        rebuilt = AgentCard.model_validate(card_in(_drop_empty(covered) or {}))
+    except ValidationError:
+        return None
+    if _unsigned(rebuilt) != _unsigned(card):
+        return None
+    return sdk03_canonical_card(received)
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
@@ -109,7 +162,8 @@ def sign_card(
 
     ``key``: the private key (PEM bytes/str, a cryptography key or a PyJWK). The protected header holds ``alg``,
     ``kid``, ``typ: JOSE`` and ``jku`` when given; ``header`` is the unprotected header. ``sdk_form=True`` also signs
-    a2a-sdk's form when it differs (see the module docstring), so a2a-sdk verifies the card too.
+    a2a-sdk's forms where they differ (see the module docstring): its 1.x form, and, for a card that lists a 0.3
+    interface, a2a-sdk 0.3's form of the card as served to 0.3 clients, so both SDKs verify the card too.
 
     >>> # signed = sign_card(card, private_pem, kid="2026-11", jku="https://agent.example/jwks.json")
     """
@@ -122,6 +176,12 @@ def sign_card(
         other = sdk_canonical_card(card)
         if other != payloads[0]:
             payloads.append(other)
+        # What a 0.3 client reads is the served JSON (the 1.0 card with the 0.3 members merged in): signed here,
+        # once per card built, not per request.
+        merged = card_merged(card)
+        v03 = sdk03_canonical_card(merged) if merged is not None else None
+        if v03 is not None and v03 not in payloads:
+            payloads.append(v03)
     signatures = list(card.signatures)
     for payload in payloads:
         token = jwt.api_jws.PyJWS().encode(payload, key, algorithm=algorithm, headers=protected)
@@ -175,11 +235,12 @@ def verify_card(
     ``algorithms`` are pinned. ``sdk_form=True`` also accepts a signature over a2a-sdk's empties-dropped form.
     ``received``: the card's JSON object as it came over the wire; a signature over exactly that JSON (minus
     ``signatures``) is accepted too (the 1.0 card with the 0.3 members merged in is signed that way as well).
+    ``sdk_form=True`` with ``received`` also accepts a2a-sdk 0.3's form of that JSON (a card an a2a-sdk 0.3 agent
+    signed), when its 0.3 members alone make ``card`` (see the module docstring).
     Signatures with an unencoded payload (RFC 7797 ``"b64": false``), made by relaykit before 0.2, verify too.
 
     >>> # verify_card(card, public_pem, algorithms=["ES256"])
     """
-    jwt = _jwt()
     if not card.signatures:
         raise A2AInvalidCardError(f"agent card {card.name!r} is not signed")
     payloads = [canonical_card(card)]
@@ -191,7 +252,23 @@ def verify_card(
         as_received = _jcs({k: v for k, v in received.items() if k != "signatures"})
         if as_received not in payloads:
             payloads.append(as_received)
+        v03 = _sdk03_covering(card, received) if sdk_form else None
+        if v03 is not None and v03 not in payloads:
+            payloads.append(v03)
     errors: list[str] = []
+    if _any_verifies(card, key, payloads, algorithms, errors):
+        return
+    hint = ""
+    if sdk_form and received is None and any(is_v03(i.protocol_version) for i in card.supported_interfaces):
+        hint = "; a card signed by a2a-sdk 0.3 verifies only with received= (its JSON as fetched)"
+    raise A2AInvalidCardError(f"agent card {card.name!r}: no signature verifies ({'; '.join(errors)}{hint})")
+
+
+def _any_verifies(
+    card: AgentCard, key: KeySource, payloads: Sequence[bytes], algorithms: Sequence[str], errors: list[str]
+) -> bool:
+    """Whether one of the card's signatures verifies over one of ``payloads`` (why each did not: ``errors``)."""
+    jwt = _jwt()
     for signature in card.signatures:
         header = _protected_header(signature.protected)
         kid = header.get("kid")
@@ -219,7 +296,24 @@ def verify_card(
                         key=resolved,
                         algorithms=list(algorithms),
                     )
-                return
+                return True
             except jwt.PyJWTError as exc:
                 errors.append(str(exc))
-    raise A2AInvalidCardError(f"agent card {card.name!r}: no signature verifies ({'; '.join(errors)})")
+    return False
+
+
+def verify_sdk03_signature(
+    card: AgentCard, key: KeySource, received: Mapping[str, Any], *, algorithms: Sequence[str] = ("ES256", "RS256")
+) -> None:
+    """Verify one of the card's signatures over a2a-sdk 0.3's form of ``received`` alone (``A2AInvalidCardError``
+    otherwise), without ``verify_card``'s question whether that form covers the whole card.
+
+    For a report on each signature (the inspector: the 0.3 signature of a card relaykit serves covers its 0.3
+    members, not its 1.0 ones), never for trusting a card: ``verify_card`` is that."""
+    payload = sdk03_canonical_card(received)
+    errors: list[str] = []
+    if payload is None:
+        errors.append("the JSON is no A2A 0.3 card")
+    elif _any_verifies(card, key, [payload], algorithms, errors):
+        return
+    raise A2AInvalidCardError(f"agent card {card.name!r}: no signature over a2a-sdk 0.3's form ({'; '.join(errors)})")

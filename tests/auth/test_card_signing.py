@@ -1,6 +1,8 @@
 """Agent Card signatures: RFC 8785's published test vectors, and signatures that verify both ways against a2a-sdk
 1.3.0 on the cards that used to break (whole-number floats, ``1e-07``, keys above U+FFFF, non-ASCII text, a card with
-auth on); the served card is signed as served, and a card passed in already signed is served unchanged."""
+auth on); the served card is signed as served, and a card passed in already signed is served unchanged. a2a-sdk
+0.3's form, byte for byte, and what a signature over it may vouch for (against a2a-sdk 0.3.26 itself:
+``tests/v03/test_card_signing_sdk03.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from auth.conftest import pem, public_pem
 from auth.whoami_agent import whoami
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from relaykit._jws import canonical_card, sdk_canonical_card
+from relaykit._jws import canonical_card, sdk03_canonical_card, sdk_canonical_card, verify_sdk03_signature
+from relaykit._v03 import card_merged
 from relaykit.auth import APIKeyAuthenticator, Auth
 from relaykit.client import parse_card, sign_card, verify_card
 from relaykit.errors import A2AInvalidCardError
@@ -23,6 +26,7 @@ from relaykit.types import (
     AgentCapabilities,
     AgentCard,
     AgentExtension,
+    AgentInterface,
     AgentSkill,
     MutualTlsSecurityScheme,
     SecurityRequirement,
@@ -285,3 +289,92 @@ async def test_the_card_verifies_as_received_in_every_rendering(public_url: str 
     assert ("url" in raw) is (version is None)  # the 0.3 members are there exactly when no version is sent
     assert _verifies_as_received(raw, public)
     verify_card(parse_card(response.content), public)
+    if version is None:
+        # And one over a2a-sdk 0.3's form of it, per base URL too (made when that base's card is built).
+        verify_sdk03_signature(parse_card(response.content), public, raw)
+
+
+# --- a2a-sdk 0.3's form -------------------------------------------------------------------------------------------
+
+DUAL = AgentCard(
+    name="n",
+    description="Grüße",
+    version="1",
+    supported_interfaces=[
+        AgentInterface(url="http://a.test/", protocol_binding="JSONRPC"),
+        AgentInterface(url="http://a.test/", protocol_binding="JSONRPC", protocol_version="0.3"),
+    ],
+    capabilities=AgentCapabilities(
+        streaming=True,
+        extensions=[AgentExtension(uri="urn:x", params={"tiny": 1e-07, "one": 1.0, "\U0001f600": 1, "\ufb33": 2})],
+    ),
+    security_schemes={"bearer": SecurityScheme.bearer("JWT")},
+    security_requirements=[SecurityRequirement(schemes={"bearer": StringList()})],
+    skills=[AgentSkill(id="s", name="s", tags=["t"])],
+)
+
+
+def test_sdk03_form_is_a2a_sdk_0_3_s_bytes() -> None:
+    # The served JSON (1.0 + 0.3 members) as a2a-sdk 0.3.26's canonicalize_agent_card makes it: 0.3 members only
+    # (supportedInterfaces, securityRequirements gone), defaults gone (protocolVersion "0.3.0", preferredTransport
+    # "JSONRPC", the scheme's type), empties gone (the scopes-less requirement, the skill's ""), json.dumps with
+    # sorted keys: code point order (U+FB33 before U+1F600), \u escapes, Python's float repr (1.0, 1e-07).
+    merged = card_merged(DUAL)
+    assert merged is not None
+    assert sdk03_canonical_card(merged) == (
+        b'{"additionalInterfaces":[{"transport":"JSONRPC","url":"http://a.test/"}],'
+        b'"capabilities":{"extensions":[{"params":{"one":1.0,"tiny":1e-07,"\\ufb33":2,"\\ud83d\\ude00":1},'
+        b'"uri":"urn:x"}],"streaming":true},"defaultInputModes":["text/plain"],"defaultOutputModes":["text/plain"],'
+        b'"description":"Gr\\u00fc\\u00dfe","name":"n","securitySchemes":{"bearer":{"bearerFormat":"JWT",'
+        b'"scheme":"Bearer"}},"skills":[{"id":"s","name":"s","tags":["t"]}],"url":"http://a.test/","version":"1"}'
+    )
+    assert sdk03_canonical_card(DUAL.to_dict()) is None  # the 1.0 rendering alone is no 0.3 card
+
+
+def test_sign_card_adds_the_sdk03_form_only_for_a_card_that_speaks_0_3() -> None:
+    private, public = _keys()
+    dual = sign_card(DUAL, private, kid="k", sdk_form=True)
+    assert len(dual.signatures) == 3  # strict, a2a-sdk 1.x's, a2a-sdk 0.3's
+    assert len(sign_card(DUAL, private, kid="k").signatures) == 1
+    only10 = DUAL.model_copy(update={"supported_interfaces": DUAL.supported_interfaces[:1]})
+    assert len(sign_card(only10, private, kid="k", sdk_form=True).signatures) == 2
+    verify_card(dual, public)
+
+
+def _sdk03_signed(raw: dict[str, Any], private: Any) -> dict[str, Any]:
+    """``raw`` with one signature over a2a-sdk 0.3's form of it (what the SDK's signer makes, as the interop tests
+    show), and no other."""
+    import jwt
+
+    payload = sdk03_canonical_card(raw)
+    assert payload is not None
+    head, _, sig = jwt.api_jws.PyJWS().encode(payload, private, algorithm="ES256", headers={"kid": "k"}).split(".")
+    return {**raw, "signatures": [{"protected": head, "signature": sig}]}
+
+
+def test_an_sdk03_signature_vouches_only_for_a_card_its_0_3_members_make() -> None:
+    private, public = _keys()
+    merged = card_merged(DUAL)
+    assert merged is not None
+    # relaykit's own served JSON with only its 0.3-form signature: that signature is sound (a2a-sdk 0.3 checks it),
+    # but relaykit reads the 1.0 members, which it does not cover, so verify_card does not take it.
+    served = _sdk03_signed(merged, private)
+    card = parse_card(json.dumps(served))
+    verify_sdk03_signature(card, public, served)
+    with pytest.raises(A2AInvalidCardError):
+        verify_card(card, public, sdk_form=True, received=served)
+    # A pure 0.3 card (what an a2a-sdk 0.3 agent serves): its 0.3 members make the whole card.
+    pure = {k: v for k, v in merged.items() if k not in ("supportedInterfaces", "securityRequirements")}
+    pure["securitySchemes"] = {"bearer": {"type": "http", "scheme": "Bearer", "bearerFormat": "JWT"}}
+    signed = _sdk03_signed(pure, private)
+    verify_card(parse_card(json.dumps(signed)), public, sdk_form=True, received=signed)
+    with pytest.raises(A2AInvalidCardError):
+        verify_card(parse_card(json.dumps(signed)), public, received=signed)  # opt-in only
+    for extra in ({"supportedInterfaces": served["supportedInterfaces"]}, {"name": "m"}, {"iconUrl": "x"}):
+        changed = {**signed, **extra}
+        with pytest.raises(A2AInvalidCardError):
+            verify_card(parse_card(json.dumps(changed)), public, sdk_form=True, received=changed)
+    # What the opt-in costs, as for a2a-sdk 1.x's form: empty values are not covered, so a requirement without
+    # scopes can be dropped unseen (why sdk_form is off by default).
+    dropped = {k: v for k, v in signed.items() if k != "security"}
+    verify_card(parse_card(json.dumps(dropped)), public, sdk_form=True, received=dropped)

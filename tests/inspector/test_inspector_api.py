@@ -328,8 +328,9 @@ async def test_the_session_version_chooses_0_3_or_1_0(dual_echo: ServerProcess) 
 
 async def test_every_signature_of_a_served_dual_card_verifies(tmp_path: Path) -> None:
     # relaykit serve --card-key: the card without A2A-Version is the 1.0 card with the 0.3 members merged in; its
-    # signatures cover the 1.0 form, a2a-sdk's form (API keys make them differ) and the merged JSON as served. The
-    # inspector reads that JSON, and judges each signature against the model's forms or the JSON as received.
+    # signatures cover the 1.0 form, a2a-sdk's form (API keys make them differ), a2a-sdk 0.3's form and the merged
+    # JSON as served. The inspector reads that JSON, and judges each signature against the model's forms or the JSON
+    # as received; the 0.3 one is said to cover the 0.3 members only.
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -351,5 +352,6 @@ async def test_every_signature_of_a_served_dual_card_verifies(tmp_path: Path) ->
     assert parsed is not None
     assert "url" in report["raw"]  # the merged rendering
     findings = [f for f in report["findings"] if f["field"].startswith("signatures[")]
-    assert len(findings) == 3, findings
+    assert len(findings) == 4, findings
     assert all(f["level"] == "ok" for f in findings), findings
+    assert ["a2a-sdk 0.3's form" in f["message"] for f in findings] == [False, False, True, False], findings

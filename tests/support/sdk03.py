@@ -3,10 +3,10 @@ interop tests (``tests/v03``). relaykit's own environment pins a2a-sdk 1.3.0, so
 subprocess with its own interpreter.
 
 Where: ``$RELAYKIT_TEST_CACHE/a2a-sdk-0.3.26`` (default ``~/.cache/relaykit-tests``). Made with ``python -m venv``
-and ``pip install 'a2a-sdk[http-server,grpc]==0.3.26' uvicorn`` into a temporary directory next to it, renamed into
-place when complete (a half-made environment is never used), under a file lock (parallel sessions wait for one
-another). Every step is bounded. ``sdk03_python()`` returns the interpreter, or raises ``SdkUnavailable`` with the
-reason; the fixture skips with it locally and fails under ``CI=true``, where the environment must be made.
+and ``pip install 'a2a-sdk[http-server,grpc,signing]==0.3.26' uvicorn`` into a temporary directory next to it,
+renamed into place when complete (a half-made environment is never used), under a file lock (parallel sessions wait
+for one another). Every step is bounded. ``sdk03_python()`` returns the interpreter, or raises ``SdkUnavailable``
+with the reason; the fixture skips with it locally and fails under ``CI=true``, where the environment must be made.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 
 SDK_VERSION = "0.3.26"
-REQUIREMENTS = (f"a2a-sdk[http-server,grpc]=={SDK_VERSION}", "uvicorn")
+# signing: PyJWT, for the SDK's card signer and verifier (tests/v03/test_card_signing_sdk03.py).
+REQUIREMENTS = (f"a2a-sdk[http-server,grpc,signing]=={SDK_VERSION}", "uvicorn")
 VENV_TIMEOUT = 120.0  # seconds for python -m venv
 PIP_TIMEOUT = 600.0  # seconds for the install (a cold cache downloads grpcio and protobuf wheels)
 
@@ -41,7 +42,11 @@ def cache_root() -> Path:
 def _works(python: Path) -> bool:
     if not python.exists():
         return False
-    probe = f"import importlib.metadata as m, a2a.client, grpc, uvicorn; assert m.version('a2a-sdk') == '{SDK_VERSION}'"
+    # An environment made before the signing extra was asked for fails this (no jwt) and is made again.
+    probe = (
+        "import importlib.metadata as m, a2a.client, a2a.utils.signing, grpc, uvicorn;"
+        f" assert m.version('a2a-sdk') == '{SDK_VERSION}'"
+    )
     try:
         return subprocess.run([str(python), "-c", probe], capture_output=True, timeout=60, check=False).returncode == 0
     except subprocess.TimeoutExpired:

@@ -9,7 +9,10 @@ Behaviour (the kitchen of ``tests/client/_agents.py``, the parts the 0.3 tests u
   'ask …'       -> INPUT_REQUIRED 'What is your name?'; the follow-up A on that task -> COMPLETED 'got: A'
   'message T'   -> a bare Message 'you said: T'
 
-    python sdk03_server.py --port P --grpc-port G
+    python sdk03_server.py --port P --grpc-port G [--card-key KEY.pem --card-kid KID]
+
+``--card-key``: the card is signed by the SDK's own ``create_agent_card_signer`` (ES256, ``jku`` naming
+``/.well-known/jwks.json``, which then serves the public key), as an a2a-sdk 0.3 agent signs its card.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ import argparse
 import asyncio
 import re
 import uuid
+from pathlib import Path
+from typing import Any
 
 import grpc
+import jwt
 import uvicorn
 from a2a.grpc import a2a_pb2_grpc
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -41,11 +47,15 @@ from a2a.types import (
     TaskStatus,
     TextPart,
 )
+from a2a.utils.signing import create_agent_card_signer
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from starlette.applications import Starlette
+from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 STREAM_RE = re.compile(r"^stream (\d+)")
 SLOW_RE = re.compile(r"^slow (\d+)")
+JWKS_PATH = "/.well-known/jwks.json"
 
 
 def _text(text: str) -> list[Part]:
@@ -105,10 +115,22 @@ class Kitchen(AgentExecutor):
         await updater.cancel()
 
 
+def _signed(card: AgentCard, key_path: str, kid: str, jku: str) -> tuple[AgentCard, dict[str, Any]]:
+    """``card`` signed by the SDK's signer, and the JWKS holding its public key."""
+    pem = Path(key_path).read_bytes()
+    header: Any = {"alg": "ES256", "kid": kid, "jku": jku, "typ": "JOSE"}
+    signed = create_agent_card_signer(pem, header)(card)
+    public = load_pem_private_key(pem, None).public_key()
+    jwk = {**jwt.algorithms.ECAlgorithm.to_jwk(public, as_dict=True), "kid": kid, "alg": "ES256", "use": "sig"}
+    return signed, {"keys": [jwk]}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--grpc-port", type=int, required=True)
+    parser.add_argument("--card-key")
+    parser.add_argument("--card-kid", default="sdk03")
     args = parser.parse_args()
     base = f"http://127.0.0.1:{args.port}"
     card = AgentCard(
@@ -127,6 +149,10 @@ async def main() -> None:
         default_output_modes=["text/plain"],
         skills=[AgentSkill(id="echo", name="echo", description="echoes", tags=["echo"])],
     )
+    extra_routes: list[Route] = []
+    if args.card_key:
+        card, jwks = _signed(card, args.card_key, args.card_kid, base + JWKS_PATH)
+        extra_routes.append(Route(JWKS_PATH, lambda request: JSONResponse(jwks), methods=["GET"]))
     handler = DefaultRequestHandler(
         agent_executor=Kitchen(),
         task_store=InMemoryTaskStore(),
@@ -136,6 +162,7 @@ async def main() -> None:
     rest = RESTAdapter(agent_card=card, http_handler=handler)
     routes = jsonrpc.routes()
     routes += [Route(path, endpoint, methods=[method]) for (path, method), endpoint in rest.routes().items()]
+    routes += extra_routes
     app = Starlette(routes=routes)
     server = grpc.aio.server()
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(card, handler), server)

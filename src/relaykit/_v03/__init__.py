@@ -7,7 +7,8 @@ whose card says ``protocolVersion`` 0.x. Modules:
 
 * ``_json``: 0.3 JSON objects (``kind``-tagged, lower-case enums) ⇄ 1.0 ProtoJSON dicts;
 * ``_rpc``: the 0.3 JSON-RPC method table and each operation's params/result;
-* ``_card``: the hybrid card (1.0 + 0.3 members) served, and 0.3 cards read by the client.
+* ``_card``: the hybrid card (1.0 + 0.3 members) served, and 0.3 cards read by the client;
+* ``_card_model``: a card's JSON as the 0.3 card model reads it (what an a2a-sdk 0.3 signature covers).
 
 Invariant: every translation ends in (or starts from) the 1.0 models' own validation and encoding, so a 0.3 request
 is checked by exactly the rules a 1.0 request is.

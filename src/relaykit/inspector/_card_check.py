@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from relaykit._card import GRPC, AgentCard, AgentInterface
 from relaykit._errors import A2AClientError, A2AError, TaskNotFoundError
 from relaykit._ids import new_id
+from relaykit._jws import verify_sdk03_signature
 from relaykit.client import Client, RetryPolicy, parse_card
 from relaykit.client._card import DEFAULT_TRANSPORTS, card_url
 from relaykit.inspector._session import CLIENT_VERSIONS, SPOKEN_MAJORS, Session, local_interfaces
@@ -181,21 +182,40 @@ async def _signatures(card: AgentCard, raw: dict[str, Any], http: httpx.AsyncCli
             out.append(_finding("error", where, f"the JWKS at {jku} has no key {kid!r}"))
             continue
         one = card.model_copy(update={"signatures": [signature]})
-        try:
-            for key in candidates:
-                try:
-                    # Any form a signer may have used: the strict one, a2a-sdk's (relaykit adds one when it
-                    # differs), or the JSON exactly as received (the 1.0 card with the 0.3 members merged in).
-                    alg = [str(header.get("alg", "ES256"))]
-                    verify_card(one, key.key, algorithms=alg, sdk_form=True, received=raw)
-                    break
-                except A2AError:
-                    if key is candidates[-1]:
-                        raise
-            out.append(_finding("ok", where, f"signature verified with key {kid!r} from {jku}"))
-        except A2AError as exc:
-            out.append(_finding("error", where, f"signature does not verify: {exc}"))
+        alg = [str(header.get("alg", "ES256"))]
+        failure: A2AError | None = None
+        for key in candidates:
+            try:
+                # Any form a signer may have used: the strict one, a2a-sdk's (relaykit adds one when it differs),
+                # or the JSON exactly as received (the 1.0 card with the 0.3 members merged in).
+                verify_card(one, key.key, algorithms=alg, sdk_form=True, received=raw)
+                out.append(_finding("ok", where, f"signature verified with key {kid!r} from {jku}"))
+                break
+            except A2AError as exc:
+                failure = exc
+        else:
+            out.append(_sdk03_finding(one, candidates, raw, alg, where, f"key {kid!r} from {jku}", failure))
     return out
+
+
+def _sdk03_finding(
+    one: AgentCard,
+    keys: list[Any],
+    raw: dict[str, Any],
+    alg: list[str],
+    where: str,
+    named: str,
+    failure: A2AError | None,
+) -> Finding:
+    """The finding for a signature no form of the whole card verifies: ok when it is over a2a-sdk 0.3's form of the
+    JSON (relaykit signs that for 0.3 clients; it covers the 0.3 members only, so it is said), an error otherwise."""
+    for key in keys:
+        try:
+            verify_sdk03_signature(one, key.key, raw, algorithms=alg)
+        except A2AError:
+            continue
+        return _finding("ok", where, f"signature over a2a-sdk 0.3's form (the 0.3 members only) verified with {named}")
+    return _finding("error", where, f"signature does not verify: {failure}")
 
 
 def _protected(protected: str) -> dict[str, Any]:
