@@ -9,6 +9,8 @@ teardown; skipped when Redis is down, except under ``CI=true``). What every bus 
   newer than its top) is reported as a gap;
 * a tap that falls behind is cut off (``TapOverflowError`` after the items it holds) and ``reopen`` refills it from
   the log; a log that no longer reaches back makes ``reopen`` answer False (``lenient``: take what is left);
+* ``publish_private`` (a continuation's opening snapshot) takes the next number and reaches the taps of its execution
+  alone: every other tap, live or replayed, counts it as seen and goes on gapless;
 * ``Tap``: an out-of-sequence push cuts the tap off (a lost event is never papered over), a repeat is dropped.
 
 Redis only (a log shared by processes): the ``execution=`` filter (other executions' events skipped, events of no
@@ -30,7 +32,7 @@ import pytest
 
 from relaykit._enums import TaskState
 from relaykit._errors import A2AError, ServiceUnavailableError, UnsupportedOperationError
-from relaykit._types import Artifact, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, stream_json
+from relaykit._types import Artifact, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, stream_json
 from relaykit.backends import ConflictError
 from relaykit.backends._bus import END, Tap, TapOverflowError
 from relaykit.backends.memory import LocalEventBus
@@ -67,6 +69,8 @@ def text_of(item: Any) -> str:
         return str(body["artifactUpdate"]["artifact"]["parts"][0]["text"])
     if "statusUpdate" in body:
         return str(body["statusUpdate"]["status"]["state"])
+    if "task" in body:
+        return "task " + str(body["task"]["status"]["state"])
     raise AssertionError(f"unexpected event {body}")
 
 
@@ -299,6 +303,73 @@ async def test_closed_tap_gets_nothing_more(bus: Bus) -> None:
     await publish_range(bus, "t", 2, 3)
     assert (await asyncio.wait_for(tap.get(), WAIT))[0] == 1
     assert await asyncio.wait_for(tap.get(), WAIT) is END
+
+
+# --- one execution's private events --------------------------------------------------------------------------------
+
+
+def opening(task_id: str) -> bytes:
+    """What ``publish_private`` carries: a task snapshot's StreamResponse."""
+    return stream_json(Task(id=task_id, context_id=CONTEXT, status=TaskStatus(state=TaskState.INPUT_REQUIRED)))
+
+
+async def test_a_private_event_reaches_its_executions_tap_alone(bus: Bus) -> None:
+    await publish_range(bus, "t", 1, 2)
+    mine, _ = await bus.open("t", execution="m1")
+    every, _ = await bus.open("t")
+    other, _ = await bus.open("t", execution="m2")
+    assert await bus.publish_private("t", None, opening("t"), execution="m1") == 3
+    assert bus.last_seq("t") == 3
+    await publish_range(bus, "t", 4, 5)
+    got = await take(mine, 3)
+    assert [(item[0], text_of(item)) for item in got] == [(3, "task TASK_STATE_INPUT_REQUIRED"), (4, "e4"), (5, "e5")]
+    assert isinstance(got[0][1], Task)  # decoded for the reader that needs the object
+    assert await seqs_and_texts(every, 2) == expected(4, 5)
+    # Counted as seen: each tap goes on gapless, never cut off for the number it did not get.
+    await bus.publish("t", chunk("t", 6), None)
+    for tap in (mine, every):
+        assert await seqs_and_texts(tap, 1) == [(6, "e6")]
+        assert tap.pending() == 0
+        assert not tap.overflowed
+    # Replayed from the log (a resume, a refill), it is nobody's: not even its own execution's caller resumes into
+    # it (its stream had it first), and whoever resumes goes on gapless after it.
+    for after, seqs in ((0, [1, 2, 4, 5, 6]), (2, [4, 5, 6]), (3, [4, 5, 6])):
+        replayed, gap = await bus.open("t", after=after)
+        assert not gap, after
+        assert [seq for seq, _ in await seqs_and_texts(replayed, len(seqs))] == seqs
+        assert replayed.pending() == 0
+        bus.close_tap(replayed)
+    # Nor when it is the newest event: a tap replayed up to it goes on with the next one.
+    assert await bus.publish_private("t", None, opening("t"), execution="m2") == 7
+    replayed, gap = await bus.open("t", after=5)
+    assert not gap
+    assert await seqs_and_texts(replayed, 1) == [(6, "e6")]
+    await assert_next_is(bus, replayed, "t", 8)
+    assert not replayed.overflowed
+    bus.close_tap(replayed)
+    assert await seqs_and_texts(other, 5) == [*expected(4, 6), (7, "task TASK_STATE_INPUT_REQUIRED"), (8, "e8")]
+    for tap in (mine, every, other):
+        bus.close_tap(tap)
+
+
+@pytest.mark.redis
+async def test_a_private_event_crosses_processes_to_its_executions_tap_alone(redis_bus_factory: MakeBus) -> None:
+    publisher, reader = await redis_bus_factory(), await redis_bus_factory()
+    mine, _ = await reader.open("t", execution="m1")
+    every, _ = await reader.open("t")
+    await publisher.publish("t", chunk("t", 1), None, execution="m1")
+    assert await publisher.publish_private("t", None, opening("t"), execution="m1") == 2
+    await publisher.publish("t", chunk("t", 3), None, execution="m1")
+    assert await seqs_and_texts(mine, 3) == [(1, "e1"), (2, "task TASK_STATE_INPUT_REQUIRED"), (3, "e3")]
+    assert await seqs_and_texts(every, 2) == [(1, "e1"), (3, "e3")]
+    # Replayed from the shared log: the execution's own tap (a repeat of its message) gets it, no other tap does.
+    replayed_mine, _ = await reader.open("t", after=0, execution="m1")
+    assert [seq for seq, _ in await seqs_and_texts(replayed_mine, 3)] == [1, 2, 3]
+    replayed_every, _ = await reader.open("t", after=0)
+    assert [seq for seq, _ in await seqs_and_texts(replayed_every, 2)] == [1, 3]
+    for tap in (mine, every, replayed_mine, replayed_every):
+        assert not tap.overflowed
+        reader.close_tap(tap)
 
 
 # --- Tap rules (shared by both buses) ---------------------------------------------------------------------------------

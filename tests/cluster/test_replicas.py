@@ -9,6 +9,7 @@ waits only. The agent is ``tests/cluster/agents.py`` (``N DELAY`` ⇒ N chunks, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import httpx
@@ -29,6 +30,7 @@ from cluster.client import (
     open_stream,
     open_subscribe,
     send,
+    summary,
     text_of,
     wait_for_state,
 )
@@ -253,6 +255,42 @@ async def test_input_required_continuation_on_another_replica(deploy: Deploy, ht
             f"{url}/message:send", json=message("again", task_id=task_id), headers={"A2A-Version": "1.0"}
         )
         assert response.status_code == 400, response.text
+
+
+async def test_subscribers_of_a_resumed_task_get_updates_not_the_answers_task(
+    deploy: Deploy, http: httpx.AsyncClient
+) -> None:
+    # A subscription is one Task, then status and artifact updates (spec §3.1.6). The answer to an interrupted task
+    # opens its own stream with the Task (§5.5); subscribers on every replica (in the process that runs the answer, or
+    # reading the shared log), and clients resuming from a Last-Event-ID afterwards, get only the updates after it.
+    # Both ways an answer runs: where it was accepted (a worker replica), and queued by an API-only replica to a
+    # worker (its Task then reaches its caller through the shared log, marked for that caller alone).
+    workers = deploy("examples/ask.py", 2)
+    front = deploy("examples/ask.py", 1, args=["--no-worker"])
+    urls = [*workers.urls, *front.urls]
+    for via in (workers.urls[0], front.urls[0]):
+        asked = (await send(http, workers.urls[1], message("hello")))["task"]
+        assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED", asked
+        task_id = asked["id"]
+        async with contextlib.AsyncExitStack() as stack:
+            subscribers = [await stack.enter_async_context(open_subscribe(http, url, task_id)) for url in urls]
+            snapshots = [await asyncio.wait_for(subscriber.next(), WAIT) for subscriber in subscribers]
+            assert {(e.kind, e.state) for e in snapshots} == {("task", "TASK_STATE_INPUT_REQUIRED")}
+            async with open_stream(http, via, message("Ada", task_id=task_id)) as streaming:
+                own = await streaming.rest(WAIT)
+            assert own[0].kind == "task", summary(own)
+            assert text_of(own[0].body["history"][-1]["parts"]) == "Ada"
+            updates = [(e.id, e.data) for e in own[1:]]
+            assert updates, summary(own)
+            assert {e.kind for e in own[1:]} <= {"statusUpdate", "artifactUpdate"}, summary(own)
+            assert own[-1].state == "TASK_STATE_COMPLETED"
+            for url, subscriber in zip(urls, subscribers, strict=True):
+                rest = await subscriber.rest(WAIT)
+                assert [(e.id, e.data) for e in rest] == updates, (via, url, summary(rest))
+        for url, snapshot in zip(urls, snapshots, strict=True):
+            async with open_subscribe(http, url, task_id, last_event_id=snapshot.id) as resumed:
+                replayed = await resumed.rest(WAIT)
+            assert [(e.id, e.data) for e in replayed] == updates, (via, url, summary(replayed))
 
 
 async def test_a_continuation_sent_at_once_to_another_replica_runs_at_once(

@@ -207,6 +207,29 @@ async def test_subscribe_resumes_after_last_event_id(raw: Raw) -> None:
         assert ended.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
+async def test_a_resumed_task_opens_its_own_stream_with_the_task_and_subscribers_get_updates(raw: Raw) -> None:
+    # A subscription is one Task, then status and artifact updates (spec §3.1.6): the Task that opens the answer's
+    # own stream (§5.5) is not sent to the subscriber too. historyLength bounds that Task's history (§5.6).
+    asked = (await raw.send("ask")).task
+    assert asked.status.state == pb.TASK_STATE_INPUT_REQUIRED
+    subscription = raw.stream("SubscribeToTask")(pb.SubscribeToTaskRequest(id=asked.id), metadata=V1)
+    async with asyncio.timeout(TIMEOUT):
+        snapshot = await subscription.read()
+    assert snapshot.WhichOneof("payload") == "task"
+    answer = pb.SendMessageRequest(
+        message=pb.Message(message_id="m-answer", role=pb.ROLE_USER, parts=[pb.Part(text="Bob")], task_id=asked.id),
+        configuration=pb.SendMessageConfiguration(history_length=1),
+    )
+    _, own, _ = await read_stream(raw.stream("SendStreamingMessage")(answer, metadata=V1))
+    assert own[0].WhichOneof("payload") == "task"
+    assert own[0].task.status.state == pb.TASK_STATE_INPUT_REQUIRED
+    assert [m.parts[0].text for m in own[0].task.history] == ["Bob"]
+    assert [m.WhichOneof("payload") for m in own[1:]] == ["artifact_update", "status_update"]
+    _, rest, _ = await read_stream(subscription)
+    assert [m.SerializeToString() for m in rest] == [m.SerializeToString() for m in own[1:]]
+    assert rest[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
 async def test_stream_errors_before_the_first_event_end_the_call_without_messages(raw: Raw) -> None:
     call = raw.stream("SubscribeToTask")(pb.SubscribeToTaskRequest(id="nope"), metadata=V1)
     with pytest.raises(grpc.aio.AioRpcError) as caught:

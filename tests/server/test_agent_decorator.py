@@ -218,6 +218,65 @@ async def test_requires_input_pauses_and_the_follow_up_completes() -> None:
     assert seen == [(False, []), (True, ["hi", "What is your name?", "Ada"])]
 
 
+async def test_an_answer_resumes_the_task_with_updates_and_keeps_its_artifacts() -> None:
+    # The task exists: WORKING is a status update. A Task would replace the snapshot (dropping the draft the first
+    # turn made) and reach the subscriber as a second Task, where a subscription carries only updates after its first.
+    @agent
+    async def drafter(context: AgentContext) -> str:
+        if not context.is_continuation:
+            await context.updater.artifact("draft", artifact_id="draft")
+            context.requires_input("Shall I finish it?")
+        return f"final: {context.text}"
+
+    engine = TaskEngine(drafter)
+    await engine.start()
+    try:
+        paused = as_task(await within(engine.send(req("write"))))
+        assert [a.text_content for a in paused.artifacts] == ["draft"]
+        subscription = await within(engine.subscribe(paused.id))
+        _, snapshot, _ = await within(anext(subscription))
+        assert isinstance(snapshot, Task)
+
+        async def collect(items: Any) -> list[StreamItem]:
+            return [item async for item in items]
+
+        own = await within(collect(engine.stream(req("yes", task_id=paused.id))))
+        rest = await within(collect(subscription))
+        done = await engine.get_task(paused.id)
+    finally:
+        await within(engine.shutdown(grace=0))
+    assert isinstance(own[0][1], Task)
+    assert [type(event) for _, event, _ in own[1:]] == [
+        TaskStatusUpdateEvent,
+        TaskArtifactUpdateEvent,
+        TaskStatusUpdateEvent,
+    ]
+    assert [(s, d) for s, _, d in rest] == [(s, d) for s, _, d in own[1:]]
+    assert [event.status.state for _, event, _ in rest if isinstance(event, TaskStatusUpdateEvent)] == [
+        TaskState.WORKING,
+        TaskState.COMPLETED,
+    ]
+    assert done.status.state is TaskState.COMPLETED
+    assert [a.text_content for a in done.artifacts] == ["draft", "final: yes"]
+
+
+async def test_a_message_answer_to_an_interrupted_task_is_its_final_status_message() -> None:
+    # A function that may reply with a bare Message creates no task up front; once its task exists (it asked for
+    # input), a Message it returns ends the task with it, rather than failing it as a reply after the task.
+    @agent
+    async def chat(context: AgentContext) -> Message | str:
+        if not context.is_continuation:
+            context.requires_input("Name?")
+        return Message.agent(f"Hi {context.text}")
+
+    first, second = await run_send(chat, "hello", "Ada")
+    assert as_task(first).status.state is TaskState.INPUT_REQUIRED
+    done = as_task(second)
+    assert done.status.state is TaskState.COMPLETED
+    assert done.status.message is not None
+    assert done.status.message.text == "Hi Ada"
+
+
 async def test_requires_input_inside_a_generator() -> None:
     @agent
     async def asker(context: AgentContext) -> AsyncIterator[str]:

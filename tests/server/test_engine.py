@@ -1052,6 +1052,58 @@ async def test_subscribe_to_an_interrupted_task_that_is_not_executing(engines: F
     assert fold([snapshot, *(e for _, e, _ in rest)]) == ("Hello Ada", TaskState.COMPLETED)
 
 
+@pytest.mark.parametrize("how", ["stream", "blocking", "immediate"])
+@pytest.mark.parametrize("hook", [False, True], ids=["no-hook", "push-hook"])
+async def test_subscribers_of_a_resumed_task_get_only_updates_its_caller_gets_the_task_first(
+    engines: Factory, how: str, hook: bool
+) -> None:
+    # A subscription is one Task, then status and artifact updates (spec §3.1.6). The message that resumes the task
+    # opens its own stream with the task as it resumes (§5.5): that snapshot is its caller's alone. A subscriber, live
+    # or resuming from a Last-Event-ID, never gets it (a client folding the stream fails on a second Task). The push
+    # hook (a webhook is no subscription) is told of it as of every event.
+    engine = await engines(Scripted(_asker()))
+    hooked: list[Any] = []
+    if hook:
+
+        async def on_event(active: Any, seq: int, event: Any, data: bytes) -> None:
+            hooked.append(event)
+
+        engine.on_event = on_event
+    paused = as_task(await within(engine.send(req())))
+    live = await within(engine.subscribe(paused.id))
+    seq0, snapshot, _ = await within(anext(live))
+    assert isinstance(snapshot, Task)
+    resumed = await within(engine.subscribe(paused.id, last_event_id=seq0 - 1))  # replays the INPUT_REQUIRED first
+
+    follow_up = req("Ada", task_id=paused.id, now=how == "immediate")
+    own: list[StreamItem] = []
+    if how == "stream":
+        own = await collect(engine.stream(follow_up))
+        opening = own[0][1]
+        assert not any(isinstance(event, Task) for _, event, _ in own[1:])
+    else:
+        opening = as_task(await within(engine.send(follow_up)))
+    if how != "blocking":
+        assert isinstance(opening, Task)
+        assert opening.status.state is TaskState.INPUT_REQUIRED
+        assert opening.history[-1].text == "Ada"
+
+    rest = await collect(live)
+    replayed = await collect(resumed)
+    assert not any(isinstance(event, Task) for _, event, _ in rest + replayed), rest + replayed
+    assert isinstance(replayed[0][1], TaskStatusUpdateEvent)
+    assert replayed[0][1].status.state is TaskState.INPUT_REQUIRED
+    assert [(s, d) for s, _, d in replayed[1:]] == [(s, d) for s, _, d in rest]
+    if own:
+        assert [(s, d) for s, _, d in rest] == [(s, d) for s, _, d in own[1:]]
+    assert strictly_increasing([seq0, *(s for s, _, _ in rest)])
+    assert fold([snapshot, *(e for _, e, _ in rest)]) == ("Hello Ada", TaskState.COMPLETED)
+    if hook:
+        told = [event for event in hooked if isinstance(event, Task) and event.history[-1].text == "Ada"]
+        assert len(told) == 1, hooked
+    assert engine.bus.tap_count() == 0
+
+
 async def test_subscribe_errors(engines: Factory) -> None:
     async def run(ctx: RequestContext, q: EventQueue) -> None:
         await TaskUpdater(q, ctx).complete_with_text("ok")
@@ -1089,12 +1141,15 @@ async def test_resume_gives_exactly_the_events_after_last_event_id(engines: Fact
     resumed = [await within(anext(sub)) for _ in range(len(turn1) - k - 1)]
     assert [(s, d) for s, _, d in resumed] == [(s, d) for s, _, d in turn1[k + 1 :]]
 
-    # Resuming from the very last id: nothing replayed; the next turn's events follow.
+    # Resuming from the very last id: nothing replayed; the next turn's updates follow. Not the Task its own stream
+    # starts with: that is its caller's alone (a subscription is one Task, then updates only).
     tail = await within(engine.subscribe(task_id, last_event_id=turn1[-1][0]))
     turn2 = await collect(engine.stream(req("end", task_id=task_id)))
+    assert isinstance(turn2[0][1], Task)
+    updates = turn2[1:]
     rest = await collect(sub)
-    assert [(s, d) for s, _, d in rest] == [(s, d) for s, _, d in turn2]
-    assert [(s, d) for s, _, d in await collect(tail)] == [(s, d) for s, _, d in turn2]
+    assert [(s, d) for s, _, d in rest] == [(s, d) for s, _, d in updates]
+    assert [(s, d) for s, _, d in await collect(tail)] == [(s, d) for s, _, d in updates]
     all_seqs = [s for s, _, _ in turn1 + turn2]
     assert strictly_increasing(all_seqs)
     expected = "".join(f"c{i} " for i in range(10)) + "end"
@@ -1113,7 +1168,7 @@ async def test_resume_from_an_id_older_than_the_replay_ring_starts_with_a_snapsh
     assert seq == turn1[-1][0]
     turn2 = await collect(engine.stream(req("end", task_id=task_id)))
     rest = await collect(sub)
-    assert [(s, d) for s, _, d in rest] == [(s, d) for s, _, d in turn2]
+    assert [(s, d) for s, _, d in rest] == [(s, d) for s, _, d in turn2[1:]]  # all but its caller's own Task
     expected = "".join(f"c{i} " for i in range(10)) + "end"
     assert fold([snapshot, *(e for _, e, _ in rest)]) == (expected, TaskState.COMPLETED)
 

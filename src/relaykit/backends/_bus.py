@@ -9,7 +9,10 @@ Rules every bus keeps (CONTRACT "SSE and resume"):
   events must not pin memory by the event count alone); a full tap is cut off (never blocks the publisher) and its
   reader resumes from the ring with ``reopen``; so is a tap that is handed an event out of sequence (a bus fed from
   outside the process can skip: the reader refills the gap from the log the same way), while an event it already has
-  is dropped (two feeds may carry the same event).
+  is dropped (two feeds may carry the same event);
+* an event published for one execution alone (``publish_private``: a continuation's opening Task snapshot, which a
+  send's own stream starts with but which is no event of the task, spec §3.1.6) takes the next number and reaches only
+  the taps opened for that execution; every other tap counts it as seen, and no replay gives it to them.
 
 The buses: ``memory.LocalEventBus`` (one process), ``redis.RedisEventBus`` (shared by replicas).
 """
@@ -203,11 +206,24 @@ class EventBus(Protocol):
         elsewhere may return before the append landed; its failure is then raised by the task's next publish.
         """
 
+    async def publish_private(
+        self, task_id: str, event: Any, data: bytes, *, execution: str, base_seq: int = 0, wait: bool = True
+    ) -> int:
+        """Append one event for the caller of ``execution`` alone; returns its seq.
+
+        For a continuation's opening Task snapshot: the stream of the send that resumes a task starts with it (spec
+        §5.5), but it is no event of the task, so a subscriber, a resume from a Last-Event-ID, or another execution's
+        caller must never get it (a subscription is one Task, then status and artifact updates only: §3.1.6). It
+        takes the task's next sequence number, so the ids of the caller's stream go on rising; every other tap counts
+        it as seen. ``wait`` as for ``publish``.
+        """
+
     async def open(
         self, task_id: str, *, after: int | None = None, base_seq: int = 0, execution: str = ""
     ) -> tuple[Tap, bool]:
         """Register a tap: the events after ``after`` (or from now), then every new one. ``(tap, gap)``: ``gap`` when
-        the log no longer reaches back to ``after``. With ``execution``, only that execution's events."""
+        the log no longer reaches back to ``after``. With ``execution``, only that execution's events, and its
+        private ones (``publish_private``)."""
 
     async def reopen(self, tap: Tap, *, lenient: bool = False) -> bool:
         """Refill a cut-off tap from the log after its ``last_seq``; False when the log no longer covers it.

@@ -2,7 +2,8 @@
 
 * ``async def f(context) -> str`` ⇒ a task COMPLETED with one text artifact;
 * ``-> Message`` (annotated so) ⇒ a bare Message reply (no task); every other function creates its task (WORKING)
-  before it runs, so callers see the task at once;
+  before it runs, so callers see the task at once; an answer to an interrupted task moves it to WORKING with a status
+  update (the task exists: a Message returned then is its final status message);
 * ``-> Part | list[Part] | Artifact`` ⇒ a task COMPLETED with that artifact;
 * an async generator of ``str`` (or ``Part``) ⇒ one artifact streamed as appended chunks, then COMPLETED;
 * raising ⇒ FAILED; ``context.requires_input("question")`` / ``context.requires_auth("…")`` ⇒ the interrupted states.
@@ -103,7 +104,14 @@ class FunctionAgent(AgentExecutor):
         ctx = self._context(context, queue)
         updater = ctx.updater
         task_created = False
-        if not self.may_reply_with_message:
+        if context.task is not None and context.task.status.state.is_interrupted:
+            # An answer to an interrupted task, which exists (its caller's stream opened with it): WORKING is a status
+            # update. A Task here would replace the snapshot (its artifacts with none) and reach every subscriber as a
+            # second Task, where a subscription carries only updates after its first. (A re-run of a lost worker's
+            # execution, on a task still WORKING, starts over from a fresh snapshot below.)
+            await updater.working()
+            task_created = True
+        elif not self.may_reply_with_message:
             await queue.enqueue_event(
                 Task(
                     id=context.task_id,

@@ -35,7 +35,7 @@ from relaykit._requests import (
     SendMessageRequest,
     SubscribeToTaskRequest,
 )
-from relaykit._types import Message, SendMessageResponse, Task, TaskPushNotificationConfig
+from relaykit._types import Message, SendMessageResponse, Task, TaskPushNotificationConfig, stream_json
 from relaykit.auth._gate import Auth
 from relaykit.backends._base import PushConfigStore, TaskQuery
 from relaykit.backends.memory import MemoryPushConfigStore
@@ -55,6 +55,43 @@ def trim_history(task: Task, history_length: int | None) -> Task:
         return task
     task.history = task.history[len(task.history) - history_length :] if history_length else []
     return task
+
+
+class _HistoryTrimmed:
+    """A send's stream with ``historyLength`` applied to each Task snapshot in it (spec §5.6: never more messages
+    than asked for), the rest passed through as it is. Wrapped only when the request sets it, so a stream without
+    one pays nothing.
+
+    A snapshot's object may be shared with other readers of the task's log, so it is copied, never trimmed in place.
+    A class, not an async generator, so the writers still see ``pending()`` (as ``server._quotas._Counted``)."""
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: AsyncIterator[StreamItem], length: int) -> None:
+        self._items = items
+        self._length = length
+
+    def __aiter__(self) -> _HistoryTrimmed:
+        return self
+
+    async def __anext__(self) -> StreamItem:
+        item = await self._items.__anext__()
+        task = item[1]
+        length = self._length
+        if type(task) is not Task or len(task.history) <= length:
+            return item
+        kept = task.history[len(task.history) - length :] if length else []
+        trimmed = task.model_copy(update={"history": kept})
+        return (item[0], trimmed, stream_json(trimmed))
+
+    def pending(self) -> int:
+        pending = getattr(self._items, "pending", None)
+        return int(pending()) if pending is not None else 0
+
+    async def aclose(self) -> None:
+        close = getattr(self._items, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class RequestHandler:
@@ -180,8 +217,13 @@ class RequestHandler:
         await self._check_inline_push(request)
         hold = await self.quotas.open_stream(call.user)
         items: AsyncIterator[StreamItem] = self.engine.stream(request, call)
-        if request.configuration is not None and request.configuration.task_push_notification_config is not None:
-            items = self._bind_push_on_first(request, items, call)
+        config = request.configuration
+        if config is not None:
+            if config.history_length is not None:
+                # As the blocking answer is trimmed (``send_message``): the stream's Task snapshots too.
+                items = _HistoryTrimmed(items, config.history_length)
+            if config.task_push_notification_config is not None:
+                items = self._bind_push_on_first(request, items, call)
         return self.quotas.stream(call.user, hold, items) if hold is not None else items
 
     async def _bind_push_on_first(

@@ -5,6 +5,9 @@ Invariants:
 * every event of an execution goes through ``_on_event`` in the executor's own coroutine: checked, applied by the
   state machine, persisted (status changes and new tasks before they are published; artifact chunks coalesced and
   flushed at checkpoints), then published once as encoded ``StreamResponse`` bytes;
+* a continuation's opening Task snapshot (what its caller's stream starts with) is no event of the task: it goes to
+  that execution's caller alone (``_emit_opening``, ``EventBus.publish_private``) and the push hook, never to a
+  subscriber or into a replay (a subscription is one Task, then status and artifact updates only);
 * the stored ``event_seq`` names the event published after that write, so a reader that starts from the stored task
   resumes exactly after it;
 * a new task's first snapshot that nobody can see (its caller waits for the outcome alone, no push config can be told
@@ -418,6 +421,49 @@ class Recorder:
                 active.emit_waiter = None
                 if not waiter.done():
                     waiter.set_result(None)
+
+    async def _emit_opening(self, active: ActiveTask, pending: PendingRequest, body: bytes, *, wait: bool) -> None:
+        """Publish a continuation's opening snapshot (``body``, the task as its execution starts) for this
+        execution's caller alone, and hand it to the push hook. Once per continuation, so not on the per-event path."""
+        record = active.record
+        assert record is not None
+        on_event = self.on_event
+        data = stream_json(record.task, body)
+        # The push hook looks at the object; a tap decodes the bytes itself when its reader needs the object.
+        event = Task.model_validate_json(body) if on_event is not None else None
+        active.emitting = True
+        try:
+            publish = self.bus.publish_private(
+                active.task_id,
+                event,
+                data,
+                execution=pending.message.message_id,
+                base_seq=record.event_seq,
+                wait=wait,
+            )
+            tel = self.telemetry
+            if tel is None:
+                seq = await publish
+            else:
+                with tel.span("a2a.bus.publish", active.task_id):
+                    seq = await publish
+            record.event_seq = seq
+            if on_event is not None:
+                try:
+                    await on_event(active, seq, event, data)
+                except Exception:
+                    log.exception("task %s: event hook failed", active.task_id)
+        finally:
+            active.emitting = False
+            waiter = active.emit_waiter
+            if waiter is not None:
+                active.emit_waiter = None
+                if not waiter.done():
+                    waiter.set_result(None)
+        if self.bus.woke:
+            # Its caller's reader waits for it: let it go out now, as ``_publish`` does for a stream's first event.
+            active.last_yield = time.monotonic()
+            await asyncio.sleep(0)
 
     async def _publish(
         self,

@@ -353,7 +353,8 @@ class Runner(Cancellation):
         )
         active.context = context
         if pending.started is not None and not pending.started.done():
-            tap, _ = await self.bus.open(active.task_id, base_seq=self._base_seq(active))
+            # Opened for this execution: the tap that gets its private opening snapshot (below).
+            tap, _ = await self.bus.open(active.task_id, base_seq=self._base_seq(active), execution=message.message_id)
             pending.tap = tap
             pending.resolve(pending.started, tap)
             # Let the streaming caller reach its tap before the first event, so that event goes out at once.
@@ -365,8 +366,12 @@ class Runner(Cancellation):
         deadline = asyncio.timeout(self.executor_timeout) if self.executor_timeout is not None else _NO_DEADLINE
         try:
             if body is not None:
-                # Every task stream starts with the Task (spec §5.5); for a continuation, the current snapshot.
-                await self._emit(active, None, None, persist=False, body=body, wait=self._first_wait(pending))
+                # Every task stream starts with the Task (spec §5.5); for a continuation, the current snapshot. It is
+                # this execution's caller's alone, no event of the task: a subscriber has had its Task and gets only
+                # updates after it (§3.1.6). Published for whoever may take it: a streaming caller here, the push
+                # hook, and a caller on another replica (or a repeat of this message, replayed from the shared log).
+                if pending.tap is not None or self.on_event is not None or self._remote_bus:
+                    await self._emit_opening(active, pending, body, wait=self._first_wait(pending))
                 pending.resolve(pending.first, body)
             try:
                 if deadline is _NO_DEADLINE:

@@ -3,7 +3,9 @@
 It keeps the rules of every bus (``relaykit.backends._bus``), and its own:
 
 * a task's log is dropped when the task is terminal and has no taps; idle logs are evicted least-recently-used
-  beyond ``max_logs``.
+  beyond ``max_logs``;
+* the replay ring holds every event but the private ones (``publish_private``): those are for the one tap of their
+  execution, open when they are published, and for no replay.
 """
 
 from __future__ import annotations
@@ -117,6 +119,24 @@ class LocalEventBus:
             log.terminal = True
         return log.seq
 
+    async def publish_private(
+        self, task_id: str, event: Any, data: bytes, *, execution: str, base_seq: int = 0, wait: bool = True
+    ) -> int:
+        """Hand one event to the taps of ``execution`` alone (see ``EventBus.publish_private``); it is not kept in
+        the ring, which replays to subscribers and resumes."""
+        log = self._log(task_id, base_seq)
+        log.seq += 1
+        seq = log.seq
+        item = (seq, event, data)
+        self.woke = False
+        for tap in log.taps:
+            if execution and tap.execution == execution:
+                self.woke |= tap.waiting
+                tap.push(item)
+            else:
+                tap.skip(seq)
+        return seq
+
     async def open(
         self, task_id: str, *, after: int | None = None, base_seq: int = 0, execution: str = ""
     ) -> tuple[Tap, bool]:
@@ -124,10 +144,12 @@ class LocalEventBus:
 
         ``gap`` is True when ``after`` is not covered by the ring, so events between it and the ring were lost to
         this subscriber and it must start from a snapshot instead. (In one process, one execution runs at a time
-        and its streaming caller's tap opens as it starts, so ``execution`` needs no filtering here.)
+        and its streaming caller's tap opens as it starts, so ``execution`` filters nothing here: it only names the
+        tap that gets that execution's private events.)
         """
         log = self._log(task_id, base_seq)
         tap = Tap(task_id, self.tap_limit)
+        tap.execution = execution
         gap = False
         if after is not None:
             gap = not self._replay_into(log, tap, after)
@@ -150,7 +172,7 @@ class LocalEventBus:
             return ok
         after = tap.last_seq
         newer = [item for item in log.ring if item[0] > after]
-        tap.fill(newer, newer[0][0] - 1 if newer else max(after, log.seq))
+        tap.fill(newer, newer[0][0] - 1 if newer else max(after, log.seq), top=log.seq)
         tap.last_seq = after
         return True
 
@@ -162,7 +184,8 @@ class LocalEventBus:
             return True
         if not log.ring or log.ring[0][0] > after + 1:
             return False
-        tap.fill((item for item in log.ring if item[0] > after), after)
+        # Up to the log's top: a private event newer than the ring's last is not for this tap, and counts as seen.
+        tap.fill((item for item in log.ring if item[0] > after), after, top=log.seq)
         return True
 
     def close_tap(self, tap: Tap) -> None:

@@ -5,7 +5,9 @@ Layout (``ns`` = the namespace, default ``relaykit``):
 * ``{ns}:ev:{task_id}``: the task's events. Entry ids are ``{seq}-0``, ``seq`` being the per-task sequence number
   that is also the SSE ``id:`` (CONTRACT "SSE and resume": one sequence across replicas). Fields: ``d`` the encoded
   StreamResponse, ``x`` the message id of the execution that produced it, or ``e`` (instead of ``d``) an error
-  that ended an execution without a task event (the caller waiting on another replica raises it). The stream is
+  that ended an execution without a task event (the caller waiting on another replica raises it), and ``p`` on an
+  event for that execution's caller alone (``publish_private``: readers of no execution skip it; a replica that
+  predates the field delivers it as any event, rather than fail on an entry it does not know). The stream is
   capped (``maxlen``, approximate) and expires ``ttl`` seconds after its last event (``live_ttl`` while the task is
   not terminal).
 * Explicit ids make appends fenced: a writer that is not the task's current runner appends an id at or below the
@@ -271,15 +273,25 @@ class RedisEventBus:
         fields: dict[bytes, bytes | str] = {b"d": data}
         if execution:
             fields[b"x"] = execution
-        deliver = functools.partial(self._deliver, task_id, seq, event, data, execution, None)
+        deliver = functools.partial(self._deliver, task_id, seq, event, data, execution, False)
         await self._add(task_id, seq, fields, terminal, deliver, wait)
+        return seq
+
+    async def publish_private(
+        self, task_id: str, event: Any, data: bytes, *, execution: str, base_seq: int = 0, wait: bool = True
+    ) -> int:
+        """Append one event for the caller of ``execution`` alone, on whatever replica it waits (see
+        ``EventBus.publish_private``)."""
+        seq = max(self._seq.get(task_id, 0), base_seq) + 1
+        deliver = functools.partial(self._deliver, task_id, seq, event, data, execution, True)
+        await self._add(task_id, seq, {b"d": data, b"x": execution, b"p": b"1"}, False, deliver, wait)
         return seq
 
     async def publish_error(self, task_id: str, execution: str, error: A2AError, *, base_seq: int = 0) -> int:
         """Tell the caller of ``execution`` (on whatever replica) that it ended with ``error`` and no task event."""
         seq = max(self._seq.get(task_id, 0), base_seq) + 1
         body = json.dumps(error.to_jsonrpc()).encode()
-        deliver = functools.partial(self._deliver, task_id, seq, None, b"", execution, error)
+        deliver = functools.partial(self._deliver, task_id, seq, error, b"", execution, True)
         await self._add(task_id, seq, {b"e": body, b"x": execution}, False, deliver, True)
         return seq
 
@@ -294,17 +306,19 @@ class RedisEventBus:
                 self._set_seq(task_id, seq - 1)  # not in the log: the next publish may take the number again
             raise
 
-    def _deliver(self, task_id: str, seq: int, event: Any, data: bytes, execution: str, error: A2AError | None) -> None:
+    def _deliver(self, task_id: str, seq: int, event: Any, data: bytes, execution: str, private: bool) -> None:
+        """Hand a just-published event to this process's taps. ``private``: for the caller of ``execution`` alone
+        (an error that ended it, or its opening snapshot); ``event`` is then the error, if it is one."""
         self.woke = False
         watch = self._watch.get(task_id)
         if watch is None:
             return
         if seq > watch.cursor:
             watch.cursor = seq
-        item: Item = (seq, error if error is not None else event, data)
+        item: Item = (seq, event, data)
         for tap in watch.taps:
-            if error is not None and not tap.execution:
-                tap.skip(seq)  # an execution's error is for its caller only
+            if private and not tap.execution:
+                tap.skip(seq)  # for its execution's caller only
             elif tap.execution and execution and execution != tap.execution:
                 tap.skip(seq)
             else:
@@ -382,6 +396,8 @@ class RedisEventBus:
             if not tap.execution:
                 return None
             return (seq, error_from_jsonrpc(json.loads(error)), b"")
+        if not tap.execution and b"p" in fields:
+            return None  # for its execution's caller alone (``publish_private``)
         # The event object is decoded by the reader that needs it (Tap.get), not here.
         return (seq, None, fields[b"d"])
 
