@@ -1,5 +1,6 @@
 """What the PostgreSQL store adds to the store contract: migrations under an advisory lock, ``relaykit db upgrade``,
-optimistic concurrency between replicas, the single-process guard, durability and outage behaviour.
+optimistic concurrency between replicas, the namespace guard (one in-process-bus process alone, or Redis-bus replicas
+sharing it, never both), durability and outage behaviour.
 
 Every test runs in fresh namespaces (``pg_namespace`` / ``pg_namespaces`` in tests/conftest.py), dropped afterwards;
 with the server down they skip, under ``CI=true`` they fail.
@@ -39,6 +40,7 @@ from relaykit.backends.postgres import (
     redact,
     upgrade,
 )
+from relaykit.backends.postgres._schema import lock_key
 from relaykit.errors import ServiceUnavailableError
 
 pytestmark = pytest.mark.postgres
@@ -98,11 +100,12 @@ async def wait_until_dropped(url: str, store: PostgresTaskStore) -> None:
     A terminated connection dies asynchronously: the server process exits a moment after pg_terminate_backend
     returns, and the client sees the socket close on a later turn of its event loop.
     """
+    role = "guard" if store.exclusive else "replica"  # the guard connection's name (``_db._application_name``)
     async with admin(url) as conn, asyncio.timeout(WAIT):
         # Polling the server's and the client's view of a connection: there is no event to wait on.
         while await conn.fetchval(  # noqa: ASYNC110
             "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1",
-            f"relaykit {store.namespace} guard %",
+            f"relaykit {store.namespace} {role} %",
         ):
             await asyncio.sleep(0.01)
         guard = store._db._lock_conn
@@ -310,7 +313,7 @@ async def test_fail_orphans_beats_a_concurrent_stale_writer(postgres_url: str, p
         assert states.count(TaskState.COMPLETED) == completed
 
 
-# --- the single-process guard -----------------------------------------------------------------------------------
+# --- the namespace guard ----------------------------------------------------------------------------------------------
 
 
 async def test_a_second_store_on_the_namespace_is_refused(postgres_url: str, pg_namespaces: Callable[[], str]) -> None:
@@ -328,11 +331,9 @@ async def test_a_second_store_on_the_namespace_is_refused(postgres_url: str, pg_
         assert isinstance(refused.value, StoreLockedError)
         await second.close()  # harmless: it never started
 
-        # Another namespace is another store; exclusive=False (the Redis bus) shares this one.
+        # Another namespace is another store.
         async with opened(postgres_url, other) as elsewhere:
             assert await elsewhere.get("t1") is None
-        async with opened(postgres_url, namespace, exclusive=False) as replica:
-            assert await replica.get("t1") is not None
 
         # The namespace is case-insensitive like its tables: a different spelling is the same store.
         with pytest.raises(StoreInUseError):
@@ -400,6 +401,155 @@ async def test_a_namespace_taken_over_while_the_guard_was_lost_stops_the_old_sto
             assert await new.get("t1") is not None
         # The new owner is gone: the old store may take the namespace back.
         assert await old.get("t1") is not None
+
+
+async def guard_holders(url: str, namespace: str) -> list[tuple[str, str]]:
+    """``(mode, application_name)`` of every session holding the namespace guard, as the server sees them."""
+    key = lock_key("serve", namespace)
+    async with admin(url) as conn:
+        rows = await conn.fetch(
+            "SELECT l.mode, a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::bigint::oid "
+            "AND l.objid = $2::bigint::oid AND l.objsubid = 1 ORDER BY a.application_name",
+            (key >> 32) & 0xFFFFFFFF,
+            key & 0xFFFFFFFF,
+        )
+    return [(str(row[0]), str(row[1])) for row in rows]
+
+
+async def test_replicas_share_the_guard_and_an_in_process_bus_store_is_refused_beside_them(
+    postgres_url: str, pg_namespace: str
+) -> None:
+    replicas = [PostgresTaskStore(postgres_url, namespace=pg_namespace, exclusive=False) for _ in range(3)]
+    try:
+        # Replicas start together: shared holders do not exclude each other.
+        await asyncio.gather(*(replica.start() for replica in replicas))
+        holders = await guard_holders(postgres_url, pg_namespace)
+        assert [mode for mode, _ in holders] == ["ShareLock"] * 3
+        assert all(f"relaykit {pg_namespace} replica pid {os.getpid()}" in name for _, name in holders)
+        await replicas[0].save(TaskRecord(make_task("t1")))  # a task a replica is running
+
+        alone = PostgresTaskStore(postgres_url, namespace=pg_namespace)
+        with pytest.raises(StoreInUseError) as refused:
+            await alone.start()
+        message = str(refused.value)
+        assert "another relaykit process is using this PostgreSQL store" in message
+        assert "with the Redis bus (3 replica(s) or worker(s), held by" in message
+        assert f"replica pid {os.getpid()}" in message
+        assert "cannot serve beside Redis-bus replicas" in message
+        assert "--bus redis://" in message
+        assert "another --namespace" in message
+        assert isinstance(refused.value, StoreLockedError)
+        await alone.close()
+        # The refused store holds nothing and changed nothing.
+        assert [mode for mode, _ in await guard_holders(postgres_url, pg_namespace)] == ["ShareLock"] * 3
+        stored = await replicas[1].get("t1")
+        assert stored is not None
+        assert stored.task.status.state == TaskState.WORKING
+    finally:
+        await asyncio.gather(*(replica.close() for replica in replicas))
+    # The last replica gone, an in-process-bus process may take over.
+    async with opened(postgres_url, pg_namespace) as successor:
+        assert await successor.get("t1") is not None
+
+
+async def test_a_replica_is_refused_beside_an_in_process_bus_store(postgres_url: str, pg_namespace: str) -> None:
+    async with opened(postgres_url, pg_namespace) as alone:
+        await alone.save(TaskRecord(make_task("t1")))
+        replica = PostgresTaskStore(postgres_url, namespace=pg_namespace, exclusive=False)
+        with pytest.raises(StoreInUseError) as refused:
+            await replica.start()
+        message = str(refused.value)
+        assert "another relaykit process is using this PostgreSQL store" in message
+        assert f"with the in-process bus (held by 'relaykit {pg_namespace} guard pid {os.getpid()}" in message
+        assert "Redis-bus replicas and workers cannot join it" in message
+        await replica.close()
+        assert [mode for mode, _ in await guard_holders(postgres_url, pg_namespace)] == ["ExclusiveLock"]
+    async with opened(postgres_url, pg_namespace, exclusive=False) as replica:
+        assert await replica.get("t1") is not None
+
+
+async def test_an_in_process_bus_store_is_refused_while_a_replica_heartbeats(
+    postgres_url: str, pg_namespace: str
+) -> None:
+    # A server restart drops every session lock, replicas included, until each takes its own again: their heartbeats
+    # still say they are alive, and an in-process-bus start then would fail the tasks they run.
+    async with opened(postgres_url, pg_namespace, exclusive=False) as replica:
+        await replica.heartbeat("host:1:aaaaaa", 30.0)
+        await replica.heartbeat("host:2:bbbbbb", -1.0)  # a replica that died: its heartbeat has lapsed
+    assert await guard_holders(postgres_url, pg_namespace) == []
+    alone = PostgresTaskStore(postgres_url, namespace=pg_namespace)
+    with pytest.raises(StoreInUseError) as refused:
+        await alone.start()
+    message = str(refused.value)
+    assert "with the Redis bus (worker 'host:1:aaaaaa' heartbeating, live for" in message
+    assert "until its --lease lapses" in message
+    assert "--bus redis://" in message
+    await alone.close()
+    assert await guard_holders(postgres_url, pg_namespace) == []  # the lock it took is released
+    # Once that replica has retired (or its lease lapsed), the namespace is free.
+    async with opened(postgres_url, pg_namespace, exclusive=False) as replica:
+        await replica.retire("host:1:aaaaaa")
+    async with opened(postgres_url, pg_namespace):
+        pass
+
+
+async def test_a_replica_takes_its_shared_guard_again_after_its_connection_dies(
+    postgres_url: str, pg_namespace: str
+) -> None:
+    async with opened(postgres_url, pg_namespace, exclusive=False) as replica:
+        assert await terminate_backends(postgres_url, pg_namespace) >= 2  # the pool's and the guard's
+        await wait_until_dropped(postgres_url, replica)
+        # A heartbeat takes it again (it comes every few seconds, whether requests come or not).
+        with suppress(ServiceUnavailableError):
+            await replica.heartbeat("w1", 30.0)
+        await replica.heartbeat("w1", 30.0)
+        assert [mode for mode, _ in await guard_holders(postgres_url, pg_namespace)] == ["ShareLock"]
+        with pytest.raises(StoreInUseError, match=r"with the Redis bus \(1 replica"):
+            await PostgresTaskStore(postgres_url, namespace=pg_namespace).start()
+
+        # An in-process-bus store that got the namespace while the replica's guard was down stops the replica.
+        await replica.retire("w1")
+        await terminate_backends(postgres_url, pg_namespace)
+        await wait_until_dropped(postgres_url, replica)
+        async with opened(postgres_url, pg_namespace) as alone:
+            with pytest.raises(ServiceUnavailableError, match="lost the Redis-bus replicas' shared lock"):
+                await replica.get("t1")
+            with pytest.raises(ServiceUnavailableError, match="with the in-process bus"):
+                await replica.heartbeat("w1", 30.0)
+            assert await alone.get("t1") is None
+        # That store is gone: the replica takes its guard back.
+        assert await replica.get("t1") is None
+        assert [mode for mode, _ in await guard_holders(postgres_url, pg_namespace)] == ["ShareLock"]
+
+
+async def test_the_guard_never_waits_behind_the_migration_lock(postgres_url: str, pg_namespace: str) -> None:
+    # ``relaykit db upgrade`` (or a replica's start) holds the migration lock; a start takes the guard first, then
+    # waits for the migration. A start of the other kind meanwhile is refused at once, not queued, and the
+    # migration's end lets everything proceed: no lock cycle.
+    async with admin(postgres_url) as migrating:
+        transaction = migrating.transaction()
+        await transaction.start()
+        await migrating.execute("SELECT pg_advisory_xact_lock($1)", lock_key("migrate", pg_namespace))
+        replica = PostgresTaskStore(postgres_url, namespace=pg_namespace, exclusive=False)
+        starting = asyncio.ensure_future(replica.start())
+        upgrading = asyncio.ensure_future(upgrade(postgres_url, namespace=pg_namespace))
+        try:
+            async with asyncio.timeout(WAIT):
+                while not await guard_holders(postgres_url, pg_namespace):  # noqa: ASYNC110 - another process's state
+                    await asyncio.sleep(0.01)
+            assert not starting.done()
+            assert not upgrading.done()
+            alone = PostgresTaskStore(postgres_url, namespace=pg_namespace)
+            with pytest.raises(StoreInUseError, match="with the Redis bus"):
+                await asyncio.wait_for(alone.start(), WAIT)
+            await alone.close()
+        finally:
+            await transaction.rollback()
+        await asyncio.wait_for(asyncio.gather(starting, upgrading), WAIT)
+        await replica.close()
+    assert replica.migrated is not None
+    assert upgrading.result()[1] == SCHEMA_VERSION
 
 
 # --- sharing, durability ----------------------------------------------------------------------------------------

@@ -40,7 +40,8 @@ def _sqlite_url(url: str) -> tuple[str, str] | None:
 def open_store(url: str, *, namespace: str = "relaykit", shared: bool = False) -> TaskStore:
     """A task store for ``url`` (not started yet); ``namespace`` prefixes its tables.
 
-    ``shared``: several replicas coordinated by the Redis bus use it (PostgreSQL only: no single-process guard)."""
+    ``shared``: several replicas coordinated by the Redis bus use it (PostgreSQL only: they share its namespace
+    guard, which a process on the in-process bus holds alone)."""
     if url == "memory":
         return MemoryTaskStore()
     parsed = _sqlite_url(url)
@@ -57,8 +58,8 @@ def open_store(url: str, *, namespace: str = "relaykit", shared: bool = False) -
         _need_asyncpg()
         from relaykit.backends.postgres import PostgresTaskStore
 
-        # Holds the single-process guard while started (the in-process bus serves one process only), unless
-        # replicas share it through the Redis bus.
+        # Holds the namespace guard while started: alone with the in-process bus (it serves one process only),
+        # shared by the replicas of the Redis bus; neither kind starts beside the other.
         return PostgresTaskStore(url, namespace=namespace, exclusive=not shared)
     raise ValueError(f"unknown store {url!r}: use memory, sqlite:///path.db, path.db or postgresql://…")
 

@@ -12,13 +12,20 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   released by COMMIT/ROLLBACK, or by the server when the connection dies, so a crashed migrator never leaves it
   held. A schema written by a newer relaykit is refused rather than misread. ``upgrade()`` (``relaykit db
   upgrade``) runs the same migration alone.
-* **One process per namespace, unless told otherwise.** With the in-process (memory) bus, only one process may
-  serve a namespace: events and cancels of a task would otherwise never reach the process running it. The task
-  store holds ``pg_try_advisory_lock(<guard key>)`` on a dedicated connection (outside the pool) from
-  ``start()`` to ``close()``; a second process gets ``StoreInUseError`` telling it to use the Redis bus.
-  ``exclusive=False`` skips the guard (the Redis bus coordinates replicas itself). If the guard connection
-  dies, the next operation takes the lock again first; if another process took it meanwhile, operations fail
-  with ``ServiceUnavailableError`` instead of silently sharing the namespace.
+* **One process per namespace, or replicas, never both.** With the in-process (memory) bus, only one process may
+  serve a namespace: events and cancels of a task would otherwise never reach the process running it, and its
+  start marks every task left active FAILED ("server restarted"). Replicas on the Redis bus share a namespace, and
+  recover a lost replica's tasks by lease instead. The task store holds one advisory lock per namespace on a
+  dedicated connection (outside the pool) from ``start()`` to ``close()``: ``pg_try_advisory_lock`` (exclusive)
+  with the in-process bus, ``pg_try_advisory_lock_shared`` with ``exclusive=False`` (each Redis-bus replica or
+  worker). Any number of replicas start at once; a second in-process-bus process, an in-process-bus process beside
+  replicas, and a replica beside an in-process-bus process get ``StoreInUseError`` at ``start()``, before the schema
+  or any task is touched, naming the holders and what to do. An in-process-bus process is also refused while a
+  replica's heartbeat in ``<namespace>_workers`` is live, even if it got the lock (a server restart drops every
+  session lock; replicas take theirs back at their next operation, a heartbeat at the latest). The lock is only
+  ever *tried*, never waited for, so it cannot deadlock with the migration lock. If the guard connection dies, the
+  next operation (or heartbeat) takes the lock again first; if a process of the other kind took it meanwhile,
+  operations fail with ``ServiceUnavailableError`` instead of silently sharing the namespace.
 * **Outages are ``ServiceUnavailableError``.** An unreachable server at ``start()``, and a connection lost or
   refused during an operation, surface as ``relaykit.errors.ServiceUnavailableError`` naming the server (the
   password redacted). The mapping happens in one place (``_Database.run``). Operations are not retried (a lost
@@ -58,8 +65,8 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   (one statement per quickly answered message); else the insert goes alone, asynchronously committed. Every
   operation of this store on the task settles it first, and ``list`` settles them all (``_untold``).
 
-Modules: this one states the invariants and exports the public names; ``_db`` the pool, the guard, outage mapping
-and administration (``upgrade``, ``drop_namespace``); ``_schema`` the schema version and migrations; ``_tasks``
+Modules: this one states the invariants and exports the public names; ``_db`` the pool, the namespace guard, outage
+mapping and administration (``upgrade``, ``drop_namespace``); ``_schema`` the schema version and migrations; ``_tasks``
 ``PostgresTaskStore``; ``_batch`` its write combining; ``_untold`` its put-off inserts; ``_push``
 ``PostgresPushConfigStore``; ``_outbox`` ``PostgresPushOutbox`` (the durable push outbox, schema version 3);
 ``_leases`` its cross-replica stream leases.

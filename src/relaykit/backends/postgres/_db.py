@@ -1,5 +1,5 @@
-"""The PostgreSQL connection machinery: one pool per URL and namespace (``Database``), the single-process guard,
-outage mapping to ``ServiceUnavailableError``, and the administration entry points (``upgrade``, ``drop_namespace``).
+"""The PostgreSQL connection machinery: one pool per URL and namespace (``Database``), the namespace guard, outage
+mapping to ``ServiceUnavailableError``, and the administration entry points (``upgrade``, ``drop_namespace``).
 
 The stores (``_tasks.PostgresTaskStore``, ``_push.PostgresPushConfigStore``) run every operation through
 ``Database.run(job)``, the one place where a lost server becomes ``ServiceUnavailableError``.
@@ -12,7 +12,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
@@ -25,6 +25,7 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "UNAVAILABLE",
     "Database",
+    "Guard",
     "StoreInUseError",
     "close_quietly",
     "columns",
@@ -56,8 +57,14 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
+Guard = Literal["exclusive", "shared"]
+"""How a task store holds its namespace's guard: ``exclusive`` (the in-process bus: one process alone) or ``shared``
+(Redis-bus replicas and workers: any number of them, never beside an exclusive holder)."""
+
+
 class StoreInUseError(StoreLockedError):
-    """Another relaykit process serves this PostgreSQL namespace with the in-process bus (one process only)."""
+    """The namespace's guard is held in a way this store cannot join: another process with the in-process bus, or
+    (for such a process) live Redis-bus replicas."""
 
 
 def redact(dsn: str) -> str:
@@ -98,13 +105,48 @@ async def _keep_session(conn: Any) -> None:
     return None
 
 
+# The holders of the namespace guard (its key split as pg_locks shows it) and how each holds it.
+_HOLDERS = (
+    "SELECT a.application_name, l.mode FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.locktype = 'advisory' AND l.granted AND l.database = "
+    "(SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid AND l.objsubid = 1 "
+    "ORDER BY l.mode, a.application_name"
+)
+
+_JOIN = (
+    "a process with the in-process bus cannot serve beside Redis-bus replicas (it would fail the tasks they run): "
+    "start it with their --bus redis://…, stop them first, or use another --namespace"
+)
+
+
+def _listed(items: list[str], shown: int = 3) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+async def _live_workers(conn: Any, namespace: str) -> list[tuple[str, float]]:
+    """``(worker id, seconds its heartbeat still lasts)`` of the namespace's live Redis-bus replicas, longest first."""
+    table = f"{namespace}_workers"
+    if await conn.fetchval("SELECT to_regclass($1)", table) is None:
+        return []  # a new namespace, or one no replica ever served (schema version 1)
+    rows = await conn.fetch(
+        f"SELECT id, extract(epoch FROM expires_at - now())::float8 FROM {table} WHERE expires_at > now() "
+        "ORDER BY expires_at DESC"
+    )
+    return [(str(row[0]), float(row[1])) for row in rows]
+
+
 def _application_name(namespace: str, role: str) -> str:
     # Shown in pg_stat_activity (and in the refusal a second process prints); the server truncates to 63 bytes.
     return f"relaykit {namespace} {role} pid {os.getpid()}@{socket.gethostname()}"
 
 
 class Database:
-    """One PostgreSQL URL and namespace: the pool, the single-process guard, the schema."""
+    """One PostgreSQL URL and namespace: the pool, the namespace guard, the schema.
+
+    ``guard``: ``None`` takes no guard (a store that only borrows the namespace, e.g. a push store opened from a URL).
+    """
 
     def __init__(
         self,
@@ -114,13 +156,13 @@ class Database:
         pool: Any = None,
         min_size: int,
         max_size: int,
-        exclusive: bool,
+        guard: Guard | None,
         connect_timeout: float,
     ) -> None:
         self.dsn = dsn
         self.where = redact(dsn)
         self.namespace = check_namespace(namespace)
-        self.exclusive = exclusive
+        self.guard = guard
         self._external_pool = pool
         self._min_size = min_size
         self._max_size = max_size
@@ -154,8 +196,8 @@ class Database:
 
     async def _open(self) -> None:
         try:
-            # The guard first, so a refused second process never touches the schema.
-            if self.exclusive:
+            # The guard first, so a refused process never touches the schema or a task.
+            if self.guard is not None:
                 await self._take_lock(starting=True)
             if self._external_pool is not None:
                 self._pool = self._external_pool
@@ -195,44 +237,86 @@ class Database:
             if lock_conn is not None:
                 await close_quietly(lock_conn)
 
-    # --- the single-process guard ---------------------------------------------------------------------------
+    # --- the namespace guard --------------------------------------------------------------------------------
+    #
+    # One session-level advisory lock per namespace (``lock_key("serve", …)``), held on a dedicated connection from
+    # start to close: exclusively by a process on the in-process bus, shared by each Redis-bus replica or worker. So
+    # replicas start together (shared holders do not conflict) and neither kind starts beside the other. It is only
+    # ever taken with a *try* call: nobody waits on this key, so no try fails behind a waiter, and it cannot deadlock
+    # with the migration lock (another key, waited for inside ``migrate`` after this one is taken, and by
+    # ``relaykit db upgrade``, which never takes this one).
 
     async def _take_lock(self, *, starting: bool) -> None:
         key = lock_key("serve", self.namespace)
+        shared = self.guard == "shared"
         conn = await asyncpg.connect(
             self.dsn,
             timeout=self._connect_timeout,
-            server_settings={"application_name": _application_name(self.namespace, "guard")},
+            server_settings={"application_name": _application_name(self.namespace, "replica" if shared else "guard")},
         )
         try:
-            if await conn.fetchval("SELECT pg_try_advisory_lock($1)", key):
-                self._lock_conn = conn
-                return
-            holder = await conn.fetchval(
-                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                "WHERE l.locktype = 'advisory' AND l.granted AND l.database = "
-                "(SELECT oid FROM pg_database WHERE datname = current_database()) "
-                "AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid AND l.objsubid = 1",
-                (key >> 32) & 0xFFFFFFFF,
-                key & 0xFFFFFFFF,
-            )
+            take = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
+            if await conn.fetchval(f"SELECT {take}($1)", key):
+                # A server restart drops every session lock, and each replica takes its own again only at its next
+                # operation (a heartbeat at the latest): replicas live meanwhile are still known by their heartbeats,
+                # and an in-process-bus process starting beside them would fail the tasks they run. Only at start:
+                # a store taking its lock back may be heartbeating itself (one process with the Redis bus and an
+                # exclusive store), and a start is what fails tasks.
+                live = await _live_workers(conn, self.namespace) if starting and not shared else []
+                if not live:
+                    self._lock_conn = conn
+                    return
+                message = self._beside_replicas(live)
+            else:
+                rows = await conn.fetch(_HOLDERS, (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)
+                message = self._refusal([(row[0], row[1] == "ExclusiveLock") for row in rows])
         except BaseException:
             await close_quietly(conn)
             raise
-        await close_quietly(conn)
-        by = f" (held by {holder!r})" if holder else ""
-        message = (
-            f"another relaykit process is using this PostgreSQL store (namespace {self.namespace!r} at "
-            f"{self.where}){by}; with the in-process bus only one process may serve a namespace: "
-            "use --bus redis://… to run several, or another --namespace"
-        )
+        await close_quietly(conn)  # and with it the lock, if it was taken
         if starting:
             raise StoreInUseError(message)
-        raise ServiceUnavailableError(f"lost the single-process lock of the PostgreSQL store: {message}")
+        lost = "the Redis-bus replicas' shared lock" if shared else "the single-process lock"
+        raise ServiceUnavailableError(f"lost {lost} of the PostgreSQL store: {message}")
+
+    def _store(self) -> str:
+        return f"this PostgreSQL store (namespace {self.namespace!r} at {self.where})"
+
+    def _refusal(self, holders: list[tuple[str | None, bool]]) -> str:
+        """Why the lock was refused, from its holders: ``(application_name, exclusive)``."""
+        named = [repr(name) for name, _ in holders if name]
+        held = f"held by {_listed(named)}" if named else "holder unknown"
+        if any(exclusive for _, exclusive in holders):
+            head = f"another relaykit process is using {self._store()} with the in-process bus ({held})"
+            if self.guard == "shared":
+                return (
+                    f"{head}; it serves the namespace alone, so Redis-bus replicas and workers cannot join it: stop "
+                    "it (or restart it with --bus redis://…) first, or use another --namespace"
+                )
+            return (
+                f"{head}; with the in-process bus only one process may serve a namespace: use --bus redis://… to run "
+                "several, or another --namespace"
+            )
+        if holders:
+            return (
+                f"another relaykit process is using {self._store()} with the Redis bus ({len(holders)} replica(s) or "
+                f"worker(s), {held}); {_JOIN}"
+            )
+        # The holders let go between the two statements.
+        return f"another relaykit process was using {self._store()} and has just stopped: try again"
+
+    def _beside_replicas(self, live: list[tuple[str, float]]) -> str:
+        worker, seconds = live[0]
+        more = f" and {len(live) - 1} more" if len(live) > 1 else ""
+        return (
+            f"another relaykit process is using {self._store()} with the Redis bus (worker {worker!r}{more} "
+            f"heartbeating, live for {seconds:.1f} s more; a replica that died counts as live until its --lease "
+            f"lapses); {_JOIN}"
+        )
 
     async def _ensure_lock(self) -> None:
         # The guard's session lock dies with its connection (server restart, pg_terminate_backend, network):
-        # take it again before doing anything else, so two processes never share a namespace unnoticed.
+        # take it again before doing anything else, so the namespace is never shared against its rule unnoticed.
         async with self._relock:
             lock_conn = self._lock_conn
             if lock_conn is not None and not lock_conn.is_closed():
@@ -250,7 +334,7 @@ class Database:
         if pool is None:
             raise RuntimeError(f"the PostgreSQL store {self.where} is not started (or already closed)")
         try:
-            if self.exclusive and (self._lock_conn is None or self._lock_conn.is_closed()):
+            if self.guard is not None and (self._lock_conn is None or self._lock_conn.is_closed()):
                 await self._ensure_lock()
             async with pool.acquire() as conn:
                 try:
@@ -277,6 +361,11 @@ class Database:
             raise RuntimeError(f"the PostgreSQL store {self.where} is not started (or already closed)")
         async with self._side_lock:
             try:
+                # Heartbeats come every few seconds even when no request does: a replica whose shared guard died
+                # with its connection (a server restart) takes it again within one heartbeat, not at its next
+                # request, so the window in which an in-process-bus process could start beside it stays short.
+                if self.guard is not None and (self._lock_conn is None or self._lock_conn.is_closed()):
+                    await self._ensure_lock()
                 if self._side_conn is None or self._side_conn.is_closed():
                     self._side_conn = await asyncpg.connect(
                         self.dsn,
@@ -312,7 +401,8 @@ def shared_database(
         pool=pool,
         min_size=min_size,
         max_size=max_size,
-        exclusive=False,
+        # A store opened from a URL alone shares the namespace with a task store that holds the guard.
+        guard=None,
         connect_timeout=connect_timeout,
     )
 

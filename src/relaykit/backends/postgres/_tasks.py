@@ -117,8 +117,9 @@ class PostgresTaskStore(AttachedStore[Database]):
     ) -> None:
         """``pool``: an asyncpg pool to use instead of opening one (left open at ``close()``).
 
-        ``exclusive=False`` skips the single-process guard: only for deployments whose bus coordinates replicas
-        (Redis).
+        ``exclusive``: this process serves the namespace alone (the in-process bus); ``exclusive=False``: it is one
+        of several replicas whose bus coordinates them (Redis). While started, the store holds the namespace guard
+        that way, so neither kind of process starts beside the other (``StoreInUseError``).
         """
         self._db = Database(
             dsn,
@@ -126,7 +127,7 @@ class PostgresTaskStore(AttachedStore[Database]):
             pool=pool,
             min_size=min_size,
             max_size=max_size,
-            exclusive=exclusive,
+            guard="exclusive" if exclusive else "shared",
             connect_timeout=connect_timeout,
         )
         self._started = False
@@ -246,8 +247,8 @@ class PostgresTaskStore(AttachedStore[Database]):
 
     @property
     def exclusive(self) -> bool:
-        """Whether this store holds the single-process guard while started."""
-        return self._db.exclusive
+        """Whether this store holds the namespace guard exclusively while started (else shared, with replicas)."""
+        return self._db.guard == "exclusive"
 
     @property
     def migrated(self) -> tuple[int, int] | None:
@@ -473,8 +474,9 @@ class PostgresTaskStore(AttachedStore[Database]):
         return [(r[0], r[1], r[2], r[3], r[4], int(r[5])) for r in rows if r[2]]
 
     async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
-        # Every active task of the namespace: right while the single-process guard holds (no other process can be
-        # running any of them). Replicas sharing the namespace (exclusive=False) must scope this by lease first.
+        # Every active task of the namespace: right while the guard is held exclusively (no other process can be
+        # running any of them: no replica holds it shared, none heartbeats). Replicas sharing the namespace
+        # (exclusive=False) must not call it: they recover by lease (the engine skips it when it scales out).
         async def job(conn: Any) -> int:
             # One transaction: the active rows are locked (a concurrent writer waits, then conflicts on the
             # bumped version), rewritten in Python (the body gains the FAILED status and its message) and
