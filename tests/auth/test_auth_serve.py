@@ -56,7 +56,9 @@ async def _client(server: ServerProcess, binding: str, *interceptors: object) ->
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
-async def test_api_keys_from_a_file(keyed: ServerProcess, binding: str) -> None:
+async def test_api_keys_from_a_file(
+    keyed: ServerProcess, binding: str, card_key: ec.EllipticCurvePrivateKey
+) -> None:
     async with asyncio.timeout(T):
         for key, owner in (("alice-key", "alice"), ("bob-key", "bob")):
             client = await _client(keyed, binding, APIKeyAuth(key))
@@ -64,7 +66,9 @@ async def test_api_keys_from_a_file(keyed: ServerProcess, binding: str) -> None:
                 task = await client.send("hi")
                 assert isinstance(task, Task)
                 assert task.artifacts[0].parts[0].text == f"api-key:{owner}|hi"
-                assert (await client.extended_card()).name == "whoami (extended)"
+                extended = await client.extended_card()
+                assert extended.name == "whoami (extended)"
+                verify_card(extended, public_pem(card_key), algorithms=["ES256"])  # signed like the public card
             finally:
                 await client.aclose()
         for interceptors in ((), (APIKeyAuth("sha256:" + hashlib.sha256(b"bob-key").hexdigest()),), (APIKeyAuth("x"),)):

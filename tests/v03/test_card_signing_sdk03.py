@@ -93,6 +93,26 @@ def test_the_served_card_verifies_in_a2a_sdk_03(
     assert report["tampered_refused"], report
 
 
+def test_the_extended_card_verifies_in_a2a_sdk_03(sdk03: Path, key_dir: Path, tmp_path: Path) -> None:
+    # The 0.3 SDK's client checks every card it receives with its signature_verifier, the extended one too.
+    extended = tmp_path / "extended.json"
+    extended.write_text(json.dumps({"name": "kitchen (extended)", "description": "more", "version": "1.0.0"}))
+    args = ["--card-key", str(key_dir / "card.pem"), "--card-kid", "k1", "--api-keys", str(key_dir / "keys.txt")]
+    server = start_serve(KITCHEN, tmp_path, args=[*args, "--extended-card", str(extended)], name="signed-extended")
+    try:
+        call = {"jsonrpc": "2.0", "id": 1, "method": "agent/getAuthenticatedExtendedCard", "params": {}}
+        answer = httpx.post(server.url + "/", json=call, headers={"X-API-Key": "alice-key"}, timeout=STEP).json()
+    finally:
+        stop_process(server.proc)
+    card = answer["result"]
+    assert card["name"] == "kitchen (extended)"
+    cards = tmp_path / "cards.json"
+    cards.write_text(json.dumps([card]))
+    [report] = run_driver(sdk03, SIGNING, "verify", str(cards), str(key_dir / "card.pub"))
+    assert report["ok"], report
+    assert report["tampered_refused"], report
+
+
 def _dual(**extra: Any) -> AgentCard:
     """A card that speaks 1.0 and 0.3 (so it is served with the 0.3 members merged in), with ``extra`` fields."""
     base = AgentCard(

@@ -351,6 +351,10 @@ def assemble(
     )
     if card_signer is not None:
         served = card_signer.sign(served)
+        if isinstance(extended_card, AgentCard):
+            # Signed like the public card: a client that checks signatures (a2a-sdk's signature_verifier does, on
+            # every card it receives) checks the extended one too. A provider function's cards are its own.
+            extended_card = card_signer.sign(extended_card)
     shared_quotas = None
     if redis_url is not None:
         from relaykit.backends.redis import RedisQuotas
