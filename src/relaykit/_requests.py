@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import Field, field_validator, model_serializer
+from pydantic.json_schema import SkipJsonSchema
 
 from relaykit._enums import TaskState
 from relaykit._model import A2AModel, Id, Struct, Timestamp
@@ -147,6 +148,9 @@ class GetTaskPushNotificationConfigRequest(A2AModel):
     tenant: Id = ""
     task_id: Id
     id: Id
+    # Not on the wire (nor in the OpenAPI document): "0.3" when the A2A 0.3 codec made the request. A 0.3 get that
+    # names only the task (``id`` empty) answers the task's default config, as 0.3 servers did (RequestHandler).
+    protocol_version: SkipJsonSchema[str] = Field(default="", exclude=True, alias="relaykitProtocolVersion")
 
 
 class DeleteTaskPushNotificationConfigRequest(A2AModel):

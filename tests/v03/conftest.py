@@ -5,7 +5,8 @@
 * ``js_sdk03``: the directory holding @a2a-js/sdk 0.3.14 for node (``support.jssdk``), skipped and failed alike;
 * ``dual_server``: ``relaykit serve tests/client/_agents.py:kitchen`` with gRPC, webhooks to 127.0.0.1 allowed,
   speaking 1.0 and 0.3 (the default);
-* ``only10_server``: the same with ``--protocol 1.0``.
+* ``only10_server``: the same with ``--protocol 1.0``;
+* ``strict_server``: ``tests/client/_agents.py:strict_app`` (the kitchen requiring ``REQUIRED_EXTENSION``) with gRPC.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from support.sdk03 import SdkUnavailable, in_ci, sdk03_python
 from support.servers import ServerPool, ServerProcess, start_serve
 
 KITCHEN = "tests/client/_agents.py:kitchen"
+STRICT = "tests/client/_agents.py:strict_app"
 DRIVER = Path(__file__).with_name("sdk03_driver.py")
+EDGES_DRIVER = Path(__file__).with_name("sdk03_edges.py")
 JS_SDK03 = "0.3.14"  # the newest of @a2a-js/sdk's 0.3 line
 DRIVER_TIMEOUT = 240.0  # seconds for one whole driver run (every step inside is bounded by 20 s)
 
@@ -62,6 +65,12 @@ def dual_server(v03_servers: ServerPool) -> ServerProcess:
 @pytest.fixture(scope="session")
 def only10_server(v03_servers: ServerPool) -> ServerProcess:
     return v03_servers.get("only10", lambda d: start_serve(KITCHEN, d, grpc=True, args=["--protocol", "1.0"]))
+
+
+@pytest.fixture(scope="session")
+def strict_server(v03_servers: ServerPool) -> ServerProcess:
+    """The kitchen requiring ``REQUIRED_EXTENSION`` (and advertising an extended card it has not got), with gRPC."""
+    return v03_servers.get("strict", lambda d: start_serve(STRICT, d, grpc=True))
 
 
 def run_driver(python: Path, script: Path, *args: str, timeout: float = DRIVER_TIMEOUT) -> Any:

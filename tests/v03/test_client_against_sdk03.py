@@ -6,7 +6,7 @@ own environment), on each binding it offers: JSON-RPC, HTTP+JSON and gRPC; and t
 The client reads the 0.3 card, picks the 0.3 interface of the binding it is told to use, and the caller sees the
 1.0 models: send (task and bare message), get, stream, multi-turn input-required, cancel, subscribe (resubscribe;
 the SDK numbers no events, so resuming relies on de-duplication), push config set/get (and list/delete where the
-SDK serves them), and errors as the 1.0 error classes.
+SDK serves them), errors as the 1.0 error classes, and file names and part metadata both ways.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from support.servers import ServerProcess, free_port, start_process, stop_process
 
-from relaykit import Message, Task, TaskState
+from relaykit import Message, Part, Role, Task, TaskState
 from relaykit.client import Client
 from relaykit.errors import TaskNotCancelableError, TaskNotFoundError
 
@@ -191,3 +191,27 @@ def test_cli_send_and_get(agent_sdk: ServerProcess) -> None:
     missing = cli("get", sdk03_agent.url, "no-such-task")
     assert missing.returncode == 1
     assert "not found" in missing.stderr.lower()
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON", "GRPC"], ids=["jsonrpc", "rest", "grpc"])
+async def test_file_names_and_part_metadata_travel(agent_sdk: ServerProcess, binding: str) -> None:
+    """A file part's name and a part's metadata reach a2a-sdk's agent and come back in the task's history, on every
+    binding (the 0.3 JSON schema has both, the v0.3.0 proto neither; a2a-sdk's proto and relaykit's carry them).
+    (The @a2a-js/sdk test agent keeps no history to read them back from.)"""
+    sdk03_agent = agent_sdk
+    parts = [
+        Part(text="files", metadata={"pm": "text"}),
+        Part(raw=b"abc", media_type="text/plain", filename="notes.txt", metadata={"pm": "bytes"}),
+        Part.from_url("https://files.example.com/a.txt", filename="a.txt"),
+    ]
+    async with Client(sdk03_agent.url, transports=[binding], timeout=STEP) as client, asyncio.timeout(STEP):
+        task = await client.send(parts)
+        assert isinstance(task, Task)
+        fetched = await client.get_task(task.id)
+    sent = next(m for m in fetched.history if m.role is Role.USER)
+    assert [(p.filename, p.metadata) for p in sent.parts] == [
+        ("", {"pm": "text"}),
+        ("notes.txt", {"pm": "bytes"}),
+        ("a.txt", None),
+    ]
+    assert sent.parts[1].raw == b"abc"

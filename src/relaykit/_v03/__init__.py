@@ -15,6 +15,16 @@ is checked by exactly the rules a 1.0 request is.
 """
 
 from relaykit._v03._card import CARD_VERSION, card_in, card_json, card_merged, is_v03
-from relaykit._v03._rpc import MARK, VERSION, push_body
+from relaykit._v03._rpc import EXTENSIONS_HEADER, MARK, VERSION, push_body
 
-__all__ = ["CARD_VERSION", "MARK", "VERSION", "card_in", "card_json", "card_merged", "is_v03", "push_body"]
+__all__ = [
+    "CARD_VERSION",
+    "EXTENSIONS_HEADER",
+    "MARK",
+    "VERSION",
+    "card_in",
+    "card_json",
+    "card_merged",
+    "is_v03",
+    "push_body",
+]

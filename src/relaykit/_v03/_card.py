@@ -9,6 +9,10 @@ members (``type``, ``in``, …) beside its 1.0 wrapper key. The merge never repl
 sees exactly the 1.0 card (plus members it ignores) and a 0.3 reader finds every member it needs. A card without a
 0.3 interface is served as plain 1.0 JSON.
 
+Errors (``error_out``): asked for the extended card, an agent that has none answers 1.0's UnsupportedOperation;
+0.3 named that case AuthenticatedExtendedCardNotConfiguredError (-32007, spec v0.3.0 §8.2; REST 404), which 0.3
+clients get instead.
+
 Reading (``card_in``): a card without ``supportedInterfaces`` but with a top-level ``url`` is 0.3: its interfaces,
 security requirements, schemes and extended-card flag are rewritten into the 1.0 members.
 """
@@ -20,8 +24,9 @@ from typing import Any
 import pydantic_core
 
 from relaykit._card import AgentCard
+from relaykit._errors import A2AError, ExtendedAgentCardNotConfiguredError, UnsupportedOperationError
 
-__all__ = ["CARD_VERSION", "card_in", "card_json", "card_merged", "card_out", "is_v03"]
+__all__ = ["CARD_VERSION", "card_in", "card_json", "card_merged", "card_out", "error_out", "is_v03"]
 
 CARD_VERSION = "0.3.0"  # the protocolVersion a 0.3 card states (0.3 cards carry the patch number)
 
@@ -188,3 +193,12 @@ def card_in(raw: dict[str, Any]) -> dict[str, Any]:
         skills.append(skill)
     out["skills"] = skills
     return out
+
+
+def error_out(op: str, exc: A2AError) -> A2AError:
+    """The error a 0.3 client gets for a handler error of operation ``op`` (see the module docstring)."""
+    if op == "GetExtendedAgentCard" and isinstance(exc, UnsupportedOperationError):
+        return ExtendedAgentCardNotConfiguredError(
+            "this agent has no authenticated extended card (supportsAuthenticatedExtendedCard is false)"
+        )
+    return exc

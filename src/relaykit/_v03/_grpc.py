@@ -87,6 +87,12 @@ def _config_ref(d: Json) -> Json:
     return {"taskId": parts[1] if len(parts) > 1 else "", "id": parts[3] if len(parts) > 3 else ""}
 
 
+def _get_config(d: Json) -> Json:
+    # A name without a config part (``tasks/{id}``) asks for the task's default config, as in 0.3 JSON-RPC's
+    # TaskIdParams form (the handler decides which).
+    return _marked(_config_ref(d))
+
+
 def _create(d: Json) -> Json:
     task_id = pj.resource_id(d.get("parent"))
     return _marked({**pj.config_in(d.get("config"), task_id, str(d.get("configId", ""))), "taskId": task_id})
@@ -190,7 +196,7 @@ RPCS: tuple[Rpc03, ...] = (
         "GetTaskPushNotificationConfig",
         pb.GetTaskPushNotificationConfigRequest,
         pb.TaskPushNotificationConfig,
-        _config_ref,
+        _get_config,
     ),
     Rpc03(
         "ListTaskPushNotificationConfig",

@@ -16,13 +16,21 @@ place that checks content. Rules (spec v0.3.0 §6 against the 1.0 digest §8):
   flat 1.0 config with one ``scheme``. A 0.3 config without an id gets the task id (what 0.3 servers did), so a 0.3
   ``get`` naming only the task finds it.
 * ``historyLength: 0`` meant "no limit" in 0.3 and means "no history" in 1.0: a 0.3 zero is sent on as unset.
+* ``null`` for a member (``contextId``, ``taskId``, ``referenceTaskIds``, ``extensions``, ``metadata``,
+  ``artifacts``, ``history``, …) means absent, as 0.3 peers (a2a-sdk among them) read it, where the 1.0 models refuse
+  ``null`` for a string or a list. ``decode`` (every 0.3 JSON decoder, server and client, validates through it)
+  translates and validates as usual; only when validation fails on a ``null`` does it drop the null members (never
+  inside ``metadata``, a data part's ``data`` or an extension's ``params``: those are content) and try once more.
+  Input without nulls, the common case, pays nothing: no scan, no walk, no copy beyond the translation's own.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pydantic_core
+from pydantic import ValidationError
 
 from relaykit._model import A2AModel, Encoded
 
@@ -33,6 +41,7 @@ __all__ = [
     "artifact_out",
     "config_in",
     "config_out",
+    "decode",
     "event_in",
     "event_out",
     "history_in",
@@ -49,6 +58,7 @@ __all__ = [
 ]
 
 Json = dict[str, Any]
+M = TypeVar("M", bound=A2AModel)
 
 STATE_OUT: dict[str, str] = {
     "TASK_STATE_UNSPECIFIED": "unknown",
@@ -204,6 +214,40 @@ def as_object(value: Any) -> Json:
     """``value`` if it is a JSON object, else ``{}``."""
     # Anything but an object is left for the 1.0 validator to reject with a field-level message.
     return value if isinstance(value, dict) else {}
+
+
+# Members whose value is content, not A2A structure: a null in them is kept (any metadata, a 0.3 data part's object,
+# a card extension's params).
+_CONTENT = frozenset({"metadata", "data", "params"})
+
+
+def _drop_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: v if k in _CONTENT else _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(item) for item in value]
+    return value
+
+
+def decode(model: type[M], translate: Callable[[Any], Any], value: Any) -> M:
+    """``model`` validated from ``translate(value)``: decoded 0.3 JSON in, the 1.0 model out (``ValidationError`` as
+    for 1.0 input). A validation that fails on a ``null`` is tried once more with the null members dropped (module
+    docstring), so a 0.3 peer's ``"contextId": null`` reads as absent while the common input is validated once.
+
+    >>> from relaykit import Message
+    >>> sent = {"messageId": "m", "role": "user", "parts": [{"text": "hi"}], "taskId": None}
+    >>> decode(Message, message_in, sent).task_id
+    ''
+    """
+    validator = model.__pydantic_validator__
+    try:
+        first: M = validator.validate_python(translate(value))
+        return first
+    except ValidationError as exc:
+        if not any(error["input"] is None for error in exc.errors(include_url=False)):
+            raise
+    again: M = validator.validate_python(translate(_drop_nulls(value)))
+    return again
 
 
 def as_dict(result: Any) -> Any:

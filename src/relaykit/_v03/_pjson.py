@@ -2,11 +2,13 @@
 (its bodies are the ProtoJSON of the 0.3 proto, package ``a2a.v1``) and, through ``json_format``, its gRPC binding.
 
 Where the 0.3 proto differs from 1.0 (digest §8): a message's parts are ``content``; a part is ``text`` |
-``file{fileWithUri|fileWithBytes, mimeType}`` | ``data{data}`` (no part metadata or file name: those are dropped);
-``TASK_STATE_CANCELLED``; a status update carries ``final``; the send configuration has ``pushNotification`` and
+``file{fileWithUri|fileWithBytes, mimeType, name}`` | ``data{data}``, with ``metadata`` beside (part metadata and
+file name are in the 0.3 JSON schema but not in the v0.3.0 proto: relaykit's 0.3 proto has them as a2a-sdk 0.3's
+does); ``TASK_STATE_CANCELLED``; a status update carries ``final``; the send configuration has ``pushNotification`` and
 ``blocking`` (proto3: absent means false, so a configuration without it asks for an immediate answer); push
 configs are resources named ``tasks/{id}/pushNotificationConfigs/{configId}`` whose authentication lists
 ``schemes``; requests name tasks as ``tasks/{id}``. Inputs accept the ProtoJSON field names and the proto names.
+A ``null`` member means absent (``relaykit._v03._json.decode``; gRPC's messages never hold one).
 """
 
 from __future__ import annotations
@@ -45,15 +47,22 @@ def _get(data: Json, *names: str) -> Any:
 
 
 def part_out(part: Json) -> Json:
+    out: Json
     if "text" in part:
-        return {"text": part["text"]}
-    if "raw" in part or "url" in part:
+        out = {"text": part["text"]}
+    elif "raw" in part or "url" in part:
         file: Json = {"fileWithBytes": part["raw"]} if "raw" in part else {"fileWithUri": part["url"]}
         if part.get("mediaType"):
             file["mimeType"] = part["mediaType"]
-        return {"file": file}
-    data = part.get("data")
-    return {"data": {"data": data if isinstance(data, dict) else {"value": data}}}
+        if part.get("filename"):
+            file["name"] = part["filename"]
+        out = {"file": file}
+    else:
+        data = part.get("data")
+        out = {"data": {"data": data if isinstance(data, dict) else {"value": data}}}
+    if part.get("metadata") is not None:
+        out["metadata"] = part["metadata"]
+    return out
 
 
 def message_out(message: Json) -> Json:
@@ -141,19 +150,26 @@ def send_request_out(request: Json) -> Json:
 def part_in(part: Any) -> Any:
     if not isinstance(part, dict):
         return part
+    out: Json
     if "text" in part:
-        return {"text": part["text"]}
-    if "file" in part:
+        out = {"text": part["text"]}
+    elif "file" in part:
         file = as_object(part["file"])
         raw = _get(file, "fileWithBytes", "file_with_bytes")
-        out: Json = {"raw": raw} if raw is not None else {"url": _get(file, "fileWithUri", "file_with_uri")}
+        out = {"raw": raw} if raw is not None else {"url": _get(file, "fileWithUri", "file_with_uri")}
         mime = _get(file, "mimeType", "mime_type")
         if mime:
             out["mediaType"] = mime
-        return out
-    if "data" in part:
-        return {"data": as_object(part["data"]).get("data", {})}
-    return {}
+        name = file.get("name")
+        if name:
+            out["filename"] = name
+    elif "data" in part:
+        out = {"data": as_object(part["data"]).get("data", {})}
+    else:
+        out = {}  # no member set: the 1.0 Part validator names the problem
+    if part.get("metadata") is not None:
+        out["metadata"] = part["metadata"]
+    return out
 
 
 def message_in(message: Any) -> Any:

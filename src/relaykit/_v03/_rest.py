@@ -8,8 +8,10 @@ Routes (spec v0.3.0 §3.5.6 and the proto's HTTP annotations): ``POST /v1/messag
 ``GET /v1/card``. Path variables win over the body.
 
 Errors: the status 0.3 servers used (404 not found, 409 not cancelable, 501 push or operation unsupported,
-415 content type, 422 invalid params, 502 invalid agent response) with a JSON body ``{"code", "message", "data"}``:
-the JSON-RPC error object, so a client can tell the error classes apart beyond the status.
+415 content type, 422 invalid params, 502 invalid agent response, 404 for ``/v1/card`` on an agent without an
+extended card: ``error_out``) with a JSON body ``{"code", "message", "data"}``: the JSON-RPC error object, so a
+client can tell the error classes apart beyond the status. A streaming route's errors before its first event are
+plain HTTP errors: a 0.3 REST client checks the status before it reads the stream.
 """
 
 from __future__ import annotations
@@ -33,18 +35,22 @@ from relaykit._errors import (
 )
 from relaykit._methods import OPERATIONS_BY_NAME, Operation
 from relaykit._model import A2AModel
+from relaykit._types import StreamResponse
 from relaykit._v03 import _pjson as pj
-from relaykit._v03._card import card_in, card_json
+from relaykit._v03._card import card_in, card_json, error_out
 from relaykit._v03._json import STATE_IN, STATE_OUT, as_dict, history_in
+from relaykit._v03._json import decode as decode_json
 
 __all__ = [
     "ROUTES",
     "Route03",
     "decode_error",
     "decode_event",
+    "decode_request",
     "decode_response",
     "encode_event",
     "encode_result",
+    "error_out",
     "error_response",
     "request_target",
     "status_for",
@@ -233,29 +239,51 @@ def _list_query(data: Json) -> dict[str, str]:
     return query
 
 
+def decode_request(op: Operation, decode: Callable[[Json, Json], Json], params: Json, path: Json) -> A2AModel:
+    """A 0.3 route's params (body or query) and path params as the validated 1.0 request of ``op``
+    (``ValidationError`` as for 1.0; a 0.3 peer's ``null`` members read as absent: ``_json.decode``)."""
+    return decode_json(op.request, lambda p: decode(p, path), params)
+
+
+def _object(payload: Any) -> Json:
+    return payload if isinstance(payload, dict) else {}
+
+
+def _tasks_in(payload: Any) -> Json:
+    tasks = [pj.task_in(t) for t in (payload if isinstance(payload, list) else _object(payload).get("tasks", []))]
+    return {"tasks": tasks, "pageSize": len(tasks), "totalSize": len(tasks)}
+
+
+def _configs_in(payload: Any) -> Json:
+    items = payload if isinstance(payload, list) else _object(payload).get("configs", [])
+    return {"configs": [pj.config_in(c) for c in items]}
+
+
+# Operation ⇒ how its 0.3 body becomes the 1.0 response dict (any other: a push config).
+_RESPONSES: dict[str, Callable[[Any], Any]] = {
+    "SendMessage": lambda p: pj.stream_in(_object(p)),
+    "GetTask": lambda p: pj.task_in(_object(p)),
+    "CancelTask": lambda p: pj.task_in(_object(p)),
+    "ListTasks": _tasks_in,
+    "ListTaskPushNotificationConfigs": _configs_in,
+    "GetExtendedAgentCard": lambda p: card_in(_object(p)),
+}
+
+
 def decode_response(op: Operation, payload: Any) -> Any:
-    """A 0.3 REST response body as the 1.0 response model of ``op`` (``None`` for Empty)."""
+    """A 0.3 REST response body as the 1.0 response model of ``op`` (``None`` for Empty; ``ValidationError`` when
+    malformed); ``null`` members read as absent."""
     if op.response is None:
         return None
-    data = payload if isinstance(payload, dict) else {}
-    if op.name == "SendMessage":
-        return op.response.model_validate(pj.stream_in(data))
-    if op.name in ("GetTask", "CancelTask"):
-        return op.response.model_validate(pj.task_in(data))
-    if op.name == "ListTasks":
-        tasks = [pj.task_in(t) for t in (payload if isinstance(payload, list) else data.get("tasks", []))]
-        return op.response.model_validate({"tasks": tasks, "pageSize": len(tasks), "totalSize": len(tasks)})
-    if op.name == "ListTaskPushNotificationConfigs":
-        items = payload if isinstance(payload, list) else data.get("configs", [])
-        return op.response.model_validate({"configs": [pj.config_in(c) for c in items]})
-    if op.name == "GetExtendedAgentCard":
-        return op.response.model_validate(card_in(data))
-    return op.response.model_validate(pj.config_in(data))
+    return decode_json(op.response, _RESPONSES.get(op.name, lambda p: pj.config_in(_object(p))), payload)
 
 
-def decode_event(payload: Any) -> Json:
-    """One 0.3 REST stream event as the 1.0 StreamResponse dict."""
-    return pj.stream_in(payload if isinstance(payload, dict) else {})
+def decode_event(payload: Any) -> StreamResponse:
+    """One 0.3 REST stream event as the 1.0 StreamResponse (``null`` members read as absent)."""
+    try:
+        return decode_json(StreamResponse, lambda p: pj.stream_in(_object(p)), payload)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InvalidAgentResponseError(f"malformed 0.3 stream event: {exc}") from None
 
 
 _BY_STATUS: dict[int, type[A2AError]] = {

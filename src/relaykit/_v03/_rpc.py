@@ -8,8 +8,10 @@ Method table (spec v0.3.0 §3.5.6): ``message/send`` SendMessage, ``message/stre
 
 Results: SendMessage answers the Task or Message itself (not the 1.0 wrapper); the push-config list is a bare array;
 delete answers ``null``; the extended card is the hybrid card. Errors keep the 1.0 codes, which 0.3 shares for
--32001…-32007 (-32007 was named AuthenticatedExtendedCardNotConfigured; -32008/-32009 lie in the server range
-0.3 leaves to implementations).
+-32001…-32007 (-32007 was named AuthenticatedExtendedCardNotConfigured, and is what an agent without an extended
+card answers here: ``error_out``; -32008/-32009 lie in the server range 0.3 leaves to implementations). The
+streaming methods' errors travel as SSE (``relaykit.http._jsonrpc``). Extensions are activated, and echoed, with
+0.3's ``X-A2A-Extensions`` header (0.3 docs/topics/extensions.md).
 """
 
 from __future__ import annotations
@@ -26,17 +28,20 @@ from relaykit._methods import OPERATIONS_BY_NAME, Operation
 from relaykit._model import A2AModel
 from relaykit._types import StreamResponse
 from relaykit._v03 import _json as j
-from relaykit._v03._card import card_in, card_json
+from relaykit._v03._card import card_in, card_json, error_out
 
 __all__ = [
+    "EXTENSIONS_HEADER",
     "MARK",
     "METHODS",
+    "STREAMING_METHODS",
     "decode_event",
     "decode_request",
     "decode_result",
     "encode_event",
     "encode_request",
     "encode_result",
+    "error_out",
     "method_name",
 ]
 
@@ -77,6 +82,12 @@ def _config_ref(p: Json) -> Json:
     return {"taskId": p.get("id"), "id": p.get("pushNotificationConfigId") or p.get("id")}
 
 
+def _get_config(p: Json) -> Json:
+    # Params are GetTaskPushNotificationConfigParams or, deprecated but valid in 0.3, TaskIdParams (the task only):
+    # then ``id`` stays empty and the handler answers the task's default config, as 0.3 servers did.
+    return {"taskId": p.get("id"), "id": p.get("pushNotificationConfigId") or "", MARK: VERSION}
+
+
 # 0.3 method ⇒ (1.0 operation name, params translator)
 METHODS: dict[str, tuple[str, Callable[[Json], Json]]] = {
     "message/send": ("SendMessage", _send),
@@ -85,24 +96,30 @@ METHODS: dict[str, tuple[str, Callable[[Json], Json]]] = {
     "tasks/cancel": ("CancelTask", _task_id),
     "tasks/resubscribe": ("SubscribeToTask", lambda p: {"id": p.get("id")}),
     "tasks/pushNotificationConfig/set": ("CreateTaskPushNotificationConfig", _set_config),
-    "tasks/pushNotificationConfig/get": ("GetTaskPushNotificationConfig", _config_ref),
+    "tasks/pushNotificationConfig/get": ("GetTaskPushNotificationConfig", _get_config),
     "tasks/pushNotificationConfig/list": ("ListTaskPushNotificationConfigs", lambda p: {"taskId": p.get("id")}),
     "tasks/pushNotificationConfig/delete": ("DeleteTaskPushNotificationConfig", _config_ref),
     "agent/getAuthenticatedExtendedCard": ("GetExtendedAgentCard", lambda p: {}),
 }
 _NAMES: dict[str, str] = {op: method for method, (op, _) in METHODS.items()}
+# The methods a 0.3 client reads the answer of as SSE only, errors included.
+STREAMING_METHODS = frozenset(m for m, (op, _) in METHODS.items() if OPERATIONS_BY_NAME[op].streaming)
+# 0.3's name of the extensions header (1.0: A2A-Extensions); relaykit reads either, and echoes both to a 0.3 caller.
+EXTENSIONS_HEADER = "X-A2A-Extensions"
 
 
 # --- server ------------------------------------------------------------------------------------------------
 
 
-def decode_request(method: str, params: Json) -> tuple[Operation, Json]:
-    """The operation a 0.3 method names and its params as the 1.0 request dict."""
+def decode_request(method: str, params: Json) -> tuple[Operation, A2AModel]:
+    """The operation a 0.3 method names and its params as the validated 1.0 request (``ValidationError`` as for a
+    1.0 request; a 0.3 peer's ``null`` members read as absent: ``_json.decode``)."""
     entry = METHODS.get(method)
     if entry is None:
         raise MethodNotFoundError(f"unknown A2A 0.3 method {method!r}", method=method)
     name, translate = entry
-    return OPERATIONS_BY_NAME[name], translate(params)
+    op = OPERATIONS_BY_NAME[name]
+    return op, j.decode(op.request, translate, params)
 
 
 def encode_result(op: str, result: Any) -> bytes:
@@ -184,30 +201,44 @@ def encode_request(op: str, request: A2AModel) -> Json:
     return {}
 
 
+def _configs_in(result: Any) -> Json:
+    return {"configs": [j.config_in(c) for c in (result if isinstance(result, list) else [])]}
+
+
+def _card_in(result: Any) -> Any:
+    return card_in(result if isinstance(result, dict) else {})
+
+
+# Operation ⇒ how its 0.3 result becomes the 1.0 response dict (the rest are the same on both sides).
+_RESULTS: dict[str, Callable[[Any], Any]] = {
+    "SendMessage": j.event_in,
+    "GetTask": j.task_in,
+    "CancelTask": j.task_in,
+    "CreateTaskPushNotificationConfig": j.config_in,
+    "GetTaskPushNotificationConfig": j.config_in,
+    "ListTaskPushNotificationConfigs": _configs_in,
+    "GetExtendedAgentCard": _card_in,
+}
+
+
+def _same(result: Any) -> Any:
+    return result
+
+
 def decode_result(op: Operation, result: Any) -> Any:
-    """A 0.3 ``result`` as the 1.0 response model of ``op`` (``None`` for Empty)."""
+    """A 0.3 ``result`` as the 1.0 response model of ``op`` (``None`` for Empty); ``null`` members read as absent
+    (``_json.decode``)."""
+    if op.response is None:
+        return None
     try:
-        if op.response is None:
-            return None
-        if op.name == "SendMessage":
-            return op.response.model_validate(j.event_in(result))
-        if op.name in ("GetTask", "CancelTask"):
-            return op.response.model_validate(j.task_in(result))
-        if op.name in ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig"):
-            return op.response.model_validate(j.config_in(result))
-        if op.name == "ListTaskPushNotificationConfigs":
-            items = result if isinstance(result, list) else []
-            return op.response.model_validate({"configs": [j.config_in(c) for c in items]})
-        if op.name == "GetExtendedAgentCard":
-            return op.response.model_validate(card_in(result if isinstance(result, dict) else {}))
-        return op.response.model_validate(result)
+        return j.decode(op.response, _RESULTS.get(op.name, _same), result)
     except (ValueError, TypeError, KeyError) as exc:
         raise InvalidAgentResponseError(f"the agent's 0.3 {op.name} response is malformed: {exc}") from None
 
 
 def decode_event(result: Any) -> StreamResponse:
-    """One 0.3 stream ``result`` as a 1.0 StreamResponse."""
+    """One 0.3 stream ``result`` as a 1.0 StreamResponse (``null`` members read as absent)."""
     try:
-        return StreamResponse.model_validate(j.event_in(result))
-    except ValueError as exc:
+        return j.decode(StreamResponse, j.event_in, result)
+    except (ValueError, TypeError, KeyError) as exc:
         raise InvalidAgentResponseError(f"malformed 0.3 stream event: {exc}") from None

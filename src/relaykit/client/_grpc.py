@@ -39,6 +39,7 @@ from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import A2AModel
 from relaykit._proto import FIRST_EVENT_ID, RESUME_FROM, SERVICE_NAME, decoder, encoder
 from relaykit._types import StreamResponse
+from relaykit._v03 import EXTENSIONS_HEADER
 from relaykit._v03 import _grpc as grpc03
 from relaykit.client._transport import A2A_VERSION, StreamEvent
 
@@ -215,6 +216,9 @@ class GrpcTransport:
         metadata = {} if self.v03 else {"a2a-version": A2A_VERSION}
         for key, value in headers.items():
             metadata[key.lower()] = str(value)
+        if self.v03 and "a2a-extensions" in metadata:
+            # 0.3 agents read the extensions to activate from x-a2a-extensions (a2a-extensions is 1.0's name).
+            metadata.setdefault(EXTENSIONS_HEADER.lower(), metadata["a2a-extensions"])
         return list(metadata.items())
 
     def _request(self, op: Operation, request: A2AModel) -> bytes:

@@ -32,6 +32,7 @@ from relaykit._ids import new_id
 from relaykit._methods import Operation
 from relaykit._model import A2AModel
 from relaykit._types import StreamResponse
+from relaykit._v03 import EXTENSIONS_HEADER
 from relaykit._v03 import _rest as rest03
 from relaykit._v03 import _rpc as rpc03
 
@@ -189,7 +190,14 @@ class _HTTPTransport:
             await self.client.aclose()
 
     def _headers(self, headers: Mapping[str, str], streaming: bool = False) -> dict[str, str]:
-        out = {**headers} if self.v03 else {"A2A-Version": A2A_VERSION, **headers}
+        if self.v03:
+            out = {**headers}
+            # 0.3 agents read the extensions to activate from X-A2A-Extensions (A2A-Extensions is 1.0's name).
+            extensions = out.get("A2A-Extensions")
+            if extensions is not None:
+                out.setdefault(EXTENSIONS_HEADER, extensions)
+        else:
+            out = {"A2A-Version": A2A_VERSION, **headers}
         if streaming:
             out["Accept"] = "text/event-stream"
         return out
@@ -372,7 +380,7 @@ class RESTTransport(_HTTPTransport):
                         if self.v03:
                             if name == "error":
                                 raise self._error(500, payload, url)
-                            yield event_id, _decode_stream(rest03.decode_event(payload))
+                            yield event_id, rest03.decode_event(payload)
                             continue
                         if name == "error" or isinstance(payload.get("error"), dict):
                             error = payload.get("error")

@@ -10,7 +10,8 @@ the ``RequestHandler`` method the operation names, and encodes the result. Wire 
 * **Metadata out**: streams send initial metadata ``a2a-first-event-id: N`` with the first message. The events of one
   stream are consecutive numbers of the task's event sequence (the same ids SSE carries), so message *k* (from 0) has
   id ``N + k``; the trailing metadata carries ``a2a-last-event-id`` (the id of the last message sent). Activated
-  extensions are echoed as ``a2a-extensions`` in the initial metadata.
+  extensions are echoed as ``a2a-extensions`` in the initial metadata (on the 0.3 service as ``x-a2a-extensions``
+  too, the key 0.3 clients use).
 * **Errors** (``_status``): the status code of the error table (digest §6.1/6.2) and a ``google.rpc.Status`` in the
   ``grpc-status-details-bin`` trailer. An error before a stream's first message ends the call with no message; a
   later one ends it after the messages already sent.
@@ -39,6 +40,7 @@ from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import Encoded
 from relaykit._proto import FIRST_EVENT_ID, LAST_EVENT_ID, SERVICE_NAME, decoder, encode_event, encoder
 from relaykit._types import SendMessageResponse
+from relaykit._v03 import EXTENSIONS_HEADER
 from relaykit._v03 import _grpc as v03
 from relaykit.auth._gate import AuthRequest
 from relaykit.grpc._metadata import (
@@ -103,6 +105,7 @@ class GrpcBinding:
         context: Any,
         decode: Callable[[bytes], Any],
         check_version: Callable[[str | None], None] = check_v10_version,
+        legacy: bool = False,
     ) -> tuple[Any, CallContext, dict[str, str]]:
         if self.ensure_started is not None:
             await self.ensure_started()
@@ -135,7 +138,10 @@ class GrpcBinding:
             headers=metadata,
             principal=principal,
         )
-        self.handler.negotiate_extensions(call)
+        if legacy:
+            self.handler.negotiate_extensions(call, header=EXTENSIONS_HEADER)
+        else:
+            self.handler.negotiate_extensions(call)
         return request, call, metadata
 
     def _unary(
@@ -162,10 +168,10 @@ class GrpcBinding:
                     # no credential on any binding (CONTRACT: everything but the public card is authenticated).
                     assert encode is not None
                     return encode(self.handler.card)
-                request, call, _ = await self._prepare(op, data, context, decode, version_rule)
+                request, call, _ = await self._prepare(op, data, context, decode, version_rule, legacy)
                 result: Any = await self.handler.dispatch(handler_name, request, call)
                 if call.activated_extensions:
-                    await context.send_initial_metadata(extension_metadata(call))
+                    await context.send_initial_metadata(extension_metadata(call, v03=legacy))
                 if encode is None:
                     return b""  # google.protobuf.Empty
                 if isinstance(result, Encoded) and not legacy:
@@ -190,6 +196,7 @@ class GrpcBinding:
     ) -> Callable[[bytes, Any], AsyncIterator[bytes]]:
         if decode is None:
             decode = decoder(op.request)
+        legacy = check_version is not check_v10_version  # the 0.3 service (v03_handler)
         subscribe = op.name == "SubscribeToTask"
         handler_name = op.handler
 
@@ -203,7 +210,7 @@ class GrpcBinding:
             first: tuple[int, Any, bytes] | None = None
             call: CallContext | None = None
             try:
-                request, call, metadata = await self._prepare(op, data, context, decode, check_version)
+                request, call, metadata = await self._prepare(op, data, context, decode, check_version, legacy)
                 if subscribe:
                     items = await self.handler.subscribe_to_task(request, call, resume_point(metadata))
                 else:
@@ -224,7 +231,8 @@ class GrpcBinding:
                 return
             last = first[0]
             try:
-                await context.send_initial_metadata(((FIRST_EVENT_ID, str(last)), *extension_metadata(call)))
+                metadata_out = ((FIRST_EVENT_ID, str(last)), *extension_metadata(call, v03=legacy))
+                await context.send_initial_metadata(metadata_out)
                 yield encode(first)
                 async for item in items:
                     yield encode(item)

@@ -86,7 +86,11 @@ def resume_point(metadata: Mapping[str, str]) -> int | None:
     return parse_event_id(metadata.get(RESUME_FROM, ""), "last-event-id")
 
 
-def extension_metadata(call: CallContext) -> tuple[tuple[str, str], ...]:
+def extension_metadata(call: CallContext, *, v03: bool = False) -> tuple[tuple[str, str], ...]:
+    """The activated extensions to echo; to a 0.3 call in 0.3's key (``x-a2a-extensions``) too."""
     if not call.activated_extensions:
         return ()
-    return (("a2a-extensions", ", ".join(sorted(call.activated_extensions))),)
+    value = ", ".join(sorted(call.activated_extensions))
+    if v03:
+        return (("a2a-extensions", value), ("x-a2a-extensions", value))
+    return (("a2a-extensions", value),)

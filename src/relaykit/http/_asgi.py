@@ -252,11 +252,15 @@ def call_context(scope: Scope, tenant: str = "", principal: Principal = ANONYMOU
     )
 
 
-def extension_headers(call: CallContext) -> list[tuple[bytes, bytes]]:
-    """Echo the activated extensions (A2A-Extensions response header), if any."""
+def extension_headers(call: CallContext, *, v03: bool = False) -> list[tuple[bytes, bytes]]:
+    """Echo the activated extensions (A2A-Extensions response header), if any; to an A2A 0.3 request (``v03``) in
+    0.3's ``X-A2A-Extensions`` too, the header a 0.3 client reads."""
     if not call.activated_extensions:
         return []
-    return [(b"a2a-extensions", ", ".join(sorted(call.activated_extensions)).encode())]
+    value = ", ".join(sorted(call.activated_extensions)).encode()
+    if v03:
+        return [(b"a2a-extensions", value), (b"x-a2a-extensions", value)]
+    return [(b"a2a-extensions", value)]
 
 
 SSE_HEADERS = [

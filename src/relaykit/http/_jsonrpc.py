@@ -5,6 +5,12 @@ authentication (401 + ``WWW-Authenticate``) and authorization (403) refusals, wh
 batches are refused with -32600; a streaming call's errors before the first event are plain JSON-RPC responses,
 later ones an SSE ``event: error`` frame; ``DeleteTaskPushNotificationConfig`` answers ``{}``
 (google.protobuf.Empty; the official SDK sends ``null``, which relaykit's client also accepts).
+
+A2A 0.3's streaming methods (``message/stream``, ``tasks/resubscribe``) are the exception: a 0.3 client reads their
+answer as SSE only (a2a-sdk 0.3 reports anything else as an "invalid SSE response" and loses the error), and 0.3
+servers send such an error as the stream's one event. So every error after the method is read, whether from the
+checks before the handler (params, version, required extensions) or from the handler, goes out that way, with HTTP
+200; the 401 / 403 refusals stay plain HTTP responses, which clients and proxies must see as such.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from relaykit._errors import (
     invalid_params,
 )
 from relaykit._input import OFF_LOOP_BYTES, decode_json, decode_small_json, parse_event_id
-from relaykit._methods import OPERATIONS_BY_NAME
+from relaykit._methods import OPERATIONS_BY_NAME, Operation
 from relaykit._model import A2AModel, Encoded
 from relaykit._principal import ANONYMOUS_PRINCIPAL
 from relaykit._v03 import _rpc as v03
@@ -48,6 +54,7 @@ from relaykit.http._asgi import (
     stream_sse,
     tag_request,
 )
+from relaykit.server._context import CallContext
 from relaykit.server._handler import RequestHandler
 
 __all__ = ["JSONRPCBinding", "last_event_id"]
@@ -89,6 +96,13 @@ class JSONRPCBinding:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         rid: Any = None
+        # For the errors only (read there, so an answered request pays nothing for them): the decoded envelope, whose
+        # 0.3 streaming method makes them an SSE event (module docstring), unless the request turned out to be 1.0;
+        # the 0.3 request's operation, for the 0.3 form of its errors; the call, for the extensions to echo.
+        envelope: Any = None
+        v10 = False
+        op03 = ""
+        call: CallContext | None = None
         try:
             auth = self.handler.auth
             if not auth.authenticators and "user" not in scope:
@@ -109,29 +123,37 @@ class JSONRPCBinding:
             rid = _readable_id(envelope)  # set before the checks, so their errors carry it
             rid, method, params = self._envelope(envelope)
             legacy = request_version(scope, legacy=self.v03) != "1.0"
-            if legacy:
-                scope["relaykit.v03"] = True  # for the request's span
-                # A2A 0.3 (digest §8): decoded into the 1.0 request here, encoded back as 0.3 below.
-                op, params = v03_rpc(method, params)
-            else:
-                op = OPERATIONS_BY_NAME.get(method)
-            if op is None:
-                hint = (
-                    " (A2A 0.3 method names are not served; use the 1.0 names, e.g. SendMessage)"
-                    if "/" in method
-                    else ""
-                )
-                raise MethodNotFoundError(f"unknown method {method!r}{hint}", method=method)
+            v10 = not legacy  # a 1.0 request, whatever it calls its method
+            request: A2AModel
             try:
-                # The validator itself: model_validate adds a Python-level wrapper (~0.5 µs) and nothing else here.
-                request: A2AModel = op.request.__pydantic_validator__.validate_python(params)
+                if legacy:
+                    scope["relaykit.v03"] = True  # for the request's span
+                    # A2A 0.3 (digest §8): decoded into the 1.0 request (and validated) by the codec here, encoded
+                    # back as 0.3 below.
+                    op, request = v03_rpc(method, params)
+                    op03 = op.name
+                else:
+                    found = OPERATIONS_BY_NAME.get(method)
+                    if found is None:
+                        hint = (
+                            " (A2A 0.3 method names are not served; use the 1.0 names, e.g. SendMessage)"
+                            if "/" in method
+                            else ""
+                        )
+                        raise MethodNotFoundError(f"unknown method {method!r}{hint}", method=method)
+                    op = found
+                    # The validator itself: model_validate adds a Python-level wrapper (~0.5 µs) and nothing else.
+                    request = op.request.__pydantic_validator__.validate_python(params)
             except ValidationError as exc:
                 raise invalid_params(exc) from None
             tag_request(scope, op.name, request)
             if auth.interceptors:
                 await auth.authorize(op.name, principal, request)
             call = call_context(scope, getattr(request, "tenant", ""), principal)
-            self.handler.negotiate_extensions(call)
+            if legacy:
+                self.handler.negotiate_extensions(call, header=v03.EXTENSIONS_HEADER)
+            else:
+                self.handler.negotiate_extensions(call)
             if op.streaming:
                 await self._stream(scope, receive, send, op.name, op.handler, request, call, rid, legacy)
                 return
@@ -141,14 +163,16 @@ class JSONRPCBinding:
             else:
                 encoded = type(result) is Encoded or isinstance(result, A2AModel | Encoded)
                 data = result.to_json() if encoded else _EMPTY
-            await send_bytes(send, 200, _result(rid, data), _JSON, extension_headers(call))
+            await send_bytes(send, 200, _result(rid, data), _JSON, extension_headers(call, v03=legacy))
         except A2AError as exc:
-            await self._error(send, rid, exc)
+            if op03:
+                exc = v03.error_out(op03, exc)
+            await self._error(send, rid, exc, not v10 and _stream03(envelope), call)
         except ConnectionError:
             return
         except Exception:
             log.exception("JSON-RPC request failed")
-            await self._error(send, rid, InternalError())
+            await self._error(send, rid, InternalError(), not v10 and _stream03(envelope), call)
 
     async def _refused_id(self, scope: Scope, receive: Receive) -> Any:
         """The id for a 401's JSON-RPC body, so the client can match it to its call: read from a small body only (a
@@ -192,21 +216,13 @@ class JSONRPCBinding:
         rid: Any,
         legacy: bool = False,
     ) -> None:
-        try:
-            if name == "SubscribeToTask":
-                items = await self.handler.subscribe_to_task(request, call, last_event_id(scope))
-            else:
-                items = await self.handler.dispatch(method, request, call)
-            # Pull the first event before answering: an error up to here is an ordinary JSON-RPC error response.
-            first = await anext(items, None)
-        except A2AError as exc:
-            if not legacy or exc.http_status in (401, 403):
-                raise
-            # A 0.3 client reads a streaming method's answer as SSE only (a2a-sdk 0.3 turns anything else into an
-            # "invalid SSE response"); 0.3 servers send such an error as the stream's one event, so do the same.
-            body = b"data: " + _error_body(rid, exc) + b"\n\n"
-            await send_bytes(send, 200, body, b"text/event-stream", extension_headers(call))
-            return
+        if name == "SubscribeToTask":
+            items = await self.handler.subscribe_to_task(request, call, last_event_id(scope))
+        else:
+            items = await self.handler.dispatch(method, request, call)
+        # Pull the first event before answering: an error up to here is an ordinary JSON-RPC error response (for 0.3,
+        # the stream's one event: __call__ decides).
+        first = await anext(items, None)
         prefix = b'{"jsonrpc":"2.0","id":' + pydantic_core.to_json(rid) + b',"result":'
 
         encode = v03.encode_event if legacy else None
@@ -227,18 +243,28 @@ class JSONRPCBinding:
             frame,
             error_frame,
             keepalive=self.keepalive,
-            extra_headers=extension_headers(call),
+            extra_headers=extension_headers(call, v03=legacy),
         )
 
-    async def _error(self, send: Send, rid: Any, exc: A2AError) -> None:
+    async def _error(
+        self, send: Send, rid: Any, exc: A2AError, stream03: bool = False, call: CallContext | None = None
+    ) -> None:
         # JSON-RPC reports errors in the body with HTTP 200; the exceptions are an oversize body (CONTRACT: 413) and
         # auth refusals, which clients and proxies must see at the HTTP layer (401 + WWW-Authenticate, 403).
         status = exc.http_status if exc.http_status in (401, 403, 413) else 200
-        await send_bytes(send, status, _error_body(rid, exc), _JSON, [*auth_headers(exc), *retry_after(exc)])
+        extra = [*auth_headers(exc), *retry_after(exc)]
+        if stream03 and status == 200:
+            # A 0.3 streaming method: the error as the stream's one event (module docstring).
+            if call is not None:
+                extra += extension_headers(call, v03=True)
+            body = b"data: " + _error_body(rid, exc) + b"\n\n"
+            await send_bytes(send, 200, body, b"text/event-stream", extra)
+            return
+        await send_bytes(send, status, _error_body(rid, exc), _JSON, extra)
 
 
-def v03_rpc(method: str, params: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """A 0.3 request's operation and 1.0 params; a 1.0 method name without A2A-Version keeps the 1.0 answer."""
+def v03_rpc(method: str, params: dict[str, Any]) -> tuple[Operation, A2AModel]:
+    """A 0.3 request's operation and 1.0 request; a 1.0 method name without A2A-Version keeps the 1.0 answer."""
     if method in OPERATIONS_BY_NAME:
         raise VersionNotSupportedError(
             f"{method} is an A2A 1.0 method: send A2A-Version: 1.0 (a request without it is A2A 0.3)",
@@ -254,6 +280,12 @@ def _result(rid: Any, data: bytes) -> bytes:
 
 def _error_body(rid: Any, exc: A2AError) -> bytes:
     return pydantic_core.to_json({"jsonrpc": "2.0", "id": rid, "error": exc.to_jsonrpc()})
+
+
+def _stream03(envelope: Any) -> bool:
+    """Whether the request names a 0.3 streaming method (a method that is not a string names none)."""
+    method = envelope.get("method") if isinstance(envelope, dict) else None
+    return isinstance(method, str) and method in v03.STREAMING_METHODS
 
 
 def _readable_id(envelope: Any) -> Any:

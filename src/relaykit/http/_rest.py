@@ -30,6 +30,7 @@ from relaykit._errors import (
 from relaykit._input import decode_json
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import A2AModel, Encoded
+from relaykit._v03 import EXTENSIONS_HEADER
 from relaykit._v03 import _rest as v03
 from relaykit.http._asgi import (
     Receive,
@@ -198,6 +199,7 @@ class RESTBinding:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         legacy = False
+        op03 = ""  # the 0.3 request's operation, for the 0.3 form of its errors
         try:
             path = scope.get("path", "/")
             root = scope.get("root_path", "")
@@ -216,6 +218,8 @@ class RESTBinding:
             if found is None:
                 raise MethodNotFoundError(f"no A2A operation at {scope['method']} {path}", path=path)
             route, path_params = found
+            if legacy:
+                op03 = route.op.name
             auth = self.handler.auth
             principal = await authenticate(scope, auth, "HTTP+JSON")
             if not legacy:
@@ -231,19 +235,23 @@ class RESTBinding:
                     if not isinstance(decoded, dict):
                         raise InvalidParamsError("the request body must be a JSON object")
                     params = decoded
-            if route.decode is not None:
-                params = route.decode(params, path_params)
-            else:
-                params.update(path_params)
+            request: A2AModel
             try:
-                request: A2AModel = route.op.request.__pydantic_validator__.validate_python(params)  # = model_validate
+                if route.decode is not None:  # a 0.3 route: its codec translates and validates
+                    request = v03.decode_request(route.op, route.decode, params, path_params)
+                else:
+                    params.update(path_params)
+                    request = route.op.request.__pydantic_validator__.validate_python(params)  # = model_validate
             except ValidationError as exc:
                 raise invalid_params(exc) from None
             tag_request(scope, route.op.name, request)
             if auth.interceptors:
                 await auth.authorize(route.op.name, principal, request)
             call = call_context(scope, path_params.get("tenant", ""), principal)
-            self.handler.negotiate_extensions(call)
+            if legacy:
+                self.handler.negotiate_extensions(call, header=EXTENSIONS_HEADER)
+            else:
+                self.handler.negotiate_extensions(call)
             op = route.op
             if op.streaming:
                 if op.name == "SubscribeToTask":
@@ -259,17 +267,18 @@ class RESTBinding:
                     _frame_v03 if legacy else _frame,
                     _error_frame_v03 if legacy else _error_frame,
                     keepalive=self.keepalive,
-                    extra_headers=extension_headers(call),
+                    extra_headers=extension_headers(call, v03=legacy),
                 )
                 return
             result = await self.handler.dispatch(op.handler, request, call)
             if legacy:
-                await send_bytes(send, 200, v03.encode_result(op.name, result), _JSON, extension_headers(call))
+                body = v03.encode_result(op.name, result)
+                await send_bytes(send, 200, body, _JSON, extension_headers(call, v03=True))
                 return
             data = result.to_json() if isinstance(result, A2AModel | Encoded) else b"{}"
             await send_bytes(send, 200, data, A2A_JSON, extension_headers(call))
         except A2AError as exc:
-            await _send_error(send, exc, legacy)
+            await _send_error(send, v03.error_out(op03, exc) if op03 else exc, legacy)
         except ConnectionError:
             return
         except Exception:

@@ -136,15 +136,19 @@ class RequestHandler:
 
     # --- per-request checks ------------------------------------------------------------------------------
 
-    def negotiate_extensions(self, call: CallContext) -> None:
-        """Raise for a required extension the client did not activate; record the activated ones."""
+    def negotiate_extensions(self, call: CallContext, header: str = "A2A-Extensions") -> None:
+        """Raise for a required extension the client did not activate; record the activated ones.
+
+        ``header``: the name the caller's protocol version gives the extensions header (0.3: ``X-A2A-Extensions``),
+        so the error tells the caller what to send.
+        """
         if not self.required_extensions and not call.requested_extensions:
             return  # the common case: nothing required, nothing asked for
         missing = self.required_extensions - call.requested_extensions
         if missing:
             raise ExtensionSupportRequiredError(
-                "this agent requires extension(s) " + ", ".join(sorted(missing)) + "; activate them with the "
-                "A2A-Extensions header",
+                "this agent requires extension(s) " + ", ".join(sorted(missing)) + f"; activate them with the {header} "
+                "header",
                 extensions=",".join(sorted(missing)),
             )
         if call.requested_extensions:
@@ -340,14 +344,24 @@ class RequestHandler:
     async def get_push_config(
         self, request: GetTaskPushNotificationConfigRequest, call: CallContext
     ) -> TaskPushNotificationConfig:
-        """GetTaskPushNotificationConfig; a missing config answers TaskNotFoundError (spec §5.10)."""
+        """GetTaskPushNotificationConfig; a missing config answers TaskNotFoundError (spec §5.10).
+
+        An A2A 0.3 get that names only the task (0.3's ``TaskIdParams`` form, ``id`` empty) answers the task's config
+        whose id is the task id (the id 0.3 gives a config registered without one), else its oldest, as 0.3 servers
+        answered it; a 1.0 request always names its config.
+        """
         tenant = await self._push_scope(request.tenant, request.task_id, call)
-        config = await self.push_store.get(request.task_id, request.id, tenant=tenant, owner=call.user)
+        if not request.id and request.protocol_version:
+            config = await self.push_store.get(request.task_id, request.task_id, tenant=tenant, owner=call.user)
+            if config is None:
+                configs = await self.push_store.list(request.task_id, tenant=tenant, owner=call.user)
+                config = configs[0] if configs else None
+        else:
+            config = await self.push_store.get(request.task_id, request.id, tenant=tenant, owner=call.user)
         if config is None:
+            named = f"push notification config {request.id!r}" if request.id else "push notification config"
             raise TaskNotFoundError(
-                f"no push notification config {request.id!r} for task {request.task_id}",
-                task_id=request.task_id,
-                config_id=request.id,
+                f"no {named} for task {request.task_id}", task_id=request.task_id, config_id=request.id
             )
         return config
 
