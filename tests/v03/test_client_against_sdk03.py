@@ -22,7 +22,7 @@ import pytest
 from support.servers import ServerProcess, free_port, start_process, stop_process
 
 from relaykit import Message, Part, Role, Task, TaskState
-from relaykit.client import Client
+from relaykit.client import Client, ResumePolicy
 from relaykit.errors import TaskNotCancelableError, TaskNotFoundError
 
 pytestmark = pytest.mark.interop
@@ -157,6 +157,26 @@ async def test_subscribe(sdk03_agent: ServerProcess, binding: str) -> None:
         assert final is not None
         assert final.status.state is TaskState.COMPLETED  # type: ignore[union-attr]
         assert texts == sorted(set(texts), key=texts.index)  # each chunk once
+
+
+async def test_subscription_ends_with_a_cancel(sdk03_agent: ServerProcess, binding: str) -> None:
+    # a2a-sdk 0.3's HTTP+JSON stream of a task canceled meanwhile closes without its last event, and resubscribing
+    # gets a broken stream: the client reads the task's state instead of retrying until it gives up.
+    policy = ResumePolicy(attempts=5, backoff=0.05, max_backoff=0.2)
+    async with (
+        Client(sdk03_agent.url, transports=[binding], timeout=STEP, resume=policy) as client,
+        asyncio.timeout(STEP),
+    ):
+        running = await client.send("slow 100", return_immediately=True)
+        assert isinstance(running, Task)
+        events = []
+        async for event in client.subscribe(running.id):
+            events.append(event)
+            if len(events) == 2:
+                assert (await client.cancel(running.id)).status.state is TaskState.CANCELED
+        final = events[-1]
+        state = final.status.state  # type: ignore[union-attr]
+        assert state is TaskState.CANCELED
 
 
 async def test_push_config(sdk03_agent: ServerProcess, binding: str) -> None:

@@ -255,3 +255,13 @@ def test_a_null_is_dropped_only_where_validation_needs_it() -> None:
     # a null where a value is required stays an error
     with pytest.raises(ValidationError):
         j.decode(Message, j.message_in, _message03(messageId=None))
+
+
+def test_the_grpc_card_carries_its_icon() -> None:
+    # a2a-sdk 0.3.26's proto has AgentCard.icon_url = 18 (the 0.3 JSON card's iconUrl); v0.3.0's had not.
+    from relaykit._v03._grpc import card_message
+    from relaykit.types import AgentCard
+
+    card = AgentCard(name="n", description="d", version="1", icon_url="https://agent.example/icon.png")
+    wire = card_message(card).SerializeToString()
+    assert pb03.AgentCard.FromString(wire).icon_url == "https://agent.example/icon.png"

@@ -224,17 +224,26 @@ def task_in(task: Any) -> Any:
     return out
 
 
+def _default_context(event: Json) -> None:
+    if "contextId" not in event and "context_id" not in event:
+        event["contextId"] = ""
+
+
 def stream_in(response: Json) -> Json:
     """A 0.3 StreamResponse / SendMessageResponse dict as the 1.0 one."""
     update = _get(response, "statusUpdate", "status_update")
     if update is not None:
         event = {k: v for k, v in as_object(update).items() if k != "final"}
         event["status"] = _status_in(event.get("status"))
+        # A proto3 string left empty is not sent (ProtoJSON, and gRPC decoded to it): @a2a-js/sdk 0.3's update on a
+        # cancel carries no contextId. Absent is "", the field's default, not a malformed event.
+        _default_context(event)
         return {"statusUpdate": event}
     update = _get(response, "artifactUpdate", "artifact_update")
     if update is not None:
         event = dict(as_object(update))
         event["artifact"] = _artifact_in(event.get("artifact"))
+        _default_context(event)
         return {"artifactUpdate": event}
     message = _get(response, "message", "msg")
     if message is not None:

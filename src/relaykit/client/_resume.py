@@ -20,6 +20,7 @@ from relaykit._errors import (
     UnsupportedOperationError,
 )
 from relaykit._requests import SubscribeToTaskRequest
+from relaykit._state import INTERRUPTED, TERMINAL
 from relaykit._types import StreamResponse
 from relaykit.client._policies import retryable
 from relaykit.client._stream_view import Event, StreamView
@@ -79,6 +80,21 @@ async def resume_stream(
                 raise
             failure = exc
         attempts += 1
+        if attempts == 2 and view.task_id is not None:
+            # A resubscription failed as the stream before it did. Some servers close a finished task's stream
+            # without its last event and answer a resubscription to it with a broken stream rather than an error
+            # (a2a-sdk 0.3 over HTTP+JSON after a cancel): the task's own state says whether there is anything left
+            # to wait for. Only on this failure path, so a healthy stream pays nothing for it.
+            try:
+                task = await client.get_task(view.task_id)
+            except A2AError:
+                task = None
+            if task is not None and (
+                task.status.state in TERMINAL or (stop_at_interrupt and task.status.state in INTERRUPTED)
+            ):
+                for event in view.accept(StreamResponse(task=task), None):
+                    yield event
+                return
         if attempts > client.resume.attempts:
             raise A2AReconnectError(
                 f"stream of task {view.task_id} could not be resumed after {client.resume.attempts} attempts "
