@@ -265,3 +265,28 @@ def test_the_grpc_card_carries_its_icon() -> None:
     card = AgentCard(name="n", description="d", version="1", icon_url="https://agent.example/icon.png")
     wire = card_message(card).SerializeToString()
     assert pb03.AgentCard.FromString(wire).icon_url == "https://agent.example/icon.png"
+
+
+def test_a_0_3_oauth_flow_always_has_its_scopes() -> None:
+    # 0.3's OAuth flows require "scopes" (an object, possibly empty); 1.0's ProtoJSON omits an empty map.
+    from relaykit.types import (
+        AgentCard,
+        AgentInterface,
+        ClientCredentialsOAuthFlow,
+        OAuth2SecurityScheme,
+        OAuthFlows,
+        SecurityScheme,
+    )
+
+    flows = OAuthFlows(client_credentials=ClientCredentialsOAuthFlow(token_url="https://idp.example/token"))
+    card = AgentCard(
+        name="n",
+        description="d",
+        version="1",
+        supported_interfaces=[AgentInterface(url="http://a/", protocol_binding="JSONRPC", protocol_version="0.3")],
+        security_schemes={"oauth": SecurityScheme(oauth2_security_scheme=OAuth2SecurityScheme(flows=flows))},
+    )
+    out = card03.card_out(card.to_dict())
+    assert out is not None
+    flow = out["securitySchemes"]["oauth"]["flows"]["clientCredentials"]
+    assert flow == {"tokenUrl": "https://idp.example/token", "scopes": {}}

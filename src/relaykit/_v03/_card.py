@@ -55,7 +55,11 @@ def _scheme_out(scheme: dict[str, Any]) -> dict[str, Any]:
             if kind == "oauth2":
                 flows = dict(out.get("flows") or {})
                 flows.pop("deviceCode", None)  # no 0.3 equivalent
-                out["flows"] = flows
+                # 0.3 requires every flow's scopes (a map, possibly empty); 1.0's ProtoJSON leaves an empty one out.
+                out["flows"] = {
+                    name: {**flow, "scopes": flow.get("scopes") or {}} if isinstance(flow, dict) else flow
+                    for name, flow in flows.items()
+                }
             return out
     return {}
 
