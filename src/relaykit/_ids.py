@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["new_id"]
+__all__ = ["inline_config_id", "new_id"]
 
 
 def new_id() -> str:
@@ -22,6 +22,19 @@ def new_id() -> str:
         return _READY.pop()
     except IndexError:
         return _refill()
+
+
+def inline_config_id(given: str, task_id: str, message_id: str, *, legacy: bool = False) -> str:
+    """The id of a push config sent inline with a message (``SendMessageConfiguration``): the one given, else the task
+    id for a 0.3 client (a 0.3 server named a task's config by its task), else one derived from the message.
+
+    Derived, not random: in scale-out the replica that accepted the message and the one that runs it each bind the
+    config, and the same id makes the second write the first one's, not a second config that would deliver every
+    notification twice.
+    """
+    if given:
+        return given
+    return task_id if legacy else f"inline-{message_id}"
 
 
 # The variant nibble (RFC 4122: 10xx) for each random hex digit: a dict lookup rather than int(digit, 16) & 3.

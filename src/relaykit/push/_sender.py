@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import httpx
 
 from relaykit._enums import TaskState
-from relaykit._ids import new_id
+from relaykit._ids import inline_config_id
 from relaykit._types import Message, Task, TaskStatusUpdateEvent
 from relaykit._v03 import push_body
 from relaykit.backends._base import (
@@ -241,14 +241,15 @@ class PushSender(StreamDelivery):
         record = active.record
         pending = active.current
         inline = pending.configuration.task_push_notification_config if pending and pending.configuration else None
-        if inline is not None and inline.task_id != task_id:
+        if inline is not None and pending is not None and inline.task_id != task_id:
             # Bound when the task first shows up, so the config sees the task's very first event. The request
             # handler sees task_id set and does not bind it again.
             inline.task_id = task_id
             inline.tenant = active.tenant
             if not inline.id:
                 # A 0.3 client names a task's config by the task id (what 0.3 servers assigned).
-                inline.id = task_id if inline.protocol_version else new_id()
+                old_client = bool(inline.protocol_version)
+                inline.id = inline_config_id("", task_id, pending.message.message_id, legacy=old_client)
             await self.configs.put(inline.model_copy(), owner=active.owner)
         state = _state_of(event)
         if self.events == "state" and not self._state_changed(task_id, state):

@@ -20,7 +20,7 @@ from relaykit._errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from relaykit._ids import new_id
+from relaykit._ids import inline_config_id, new_id
 from relaykit._model import A2AModel, Encoded, set_field
 from relaykit._requests import (
     CancelTaskRequest,
@@ -245,7 +245,10 @@ class RequestHandler:
         if config is None or config.task_id == task.id:
             return  # none, or already bound when the task was created (the push sender's engine hook)
         self._require_push()
-        bound = config.model_copy(update={"task_id": task.id, "id": config.id or new_id()})
+        config_id = inline_config_id(
+            config.id, task.id, request.message.message_id, legacy=bool(config.protocol_version)
+        )
+        bound = config.model_copy(update={"task_id": task.id, "id": config_id})
         await self.push_store.put(bound, owner=call.user)
 
     # --- tasks -------------------------------------------------------------------------------------------
