@@ -196,15 +196,18 @@ async def test_subscribe_resumes_after_last_event_id(raw: Raw) -> None:
     assert plain_last == resumed_last == snapshot_id + len(plain_rest)
     assert plain_rest[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
     # The task is terminal now. Resuming from its last event: nothing is left, and the call ends at once (OK, no
-    # message). From an older event (the finished task's log is gone) or without a resume point: refused.
+    # message). From an older event: exactly the events after it, then the end (the finished task's log is kept for
+    # resumes, CONTRACT "SSE and resume"). Without a resume point: refused (the final state is GetTask's).
     leftover = subscribe(request, metadata=(*V1, (RESUME_FROM, str(plain_last))))
     async with asyncio.timeout(TIMEOUT):
         assert [message async for message in leftover] == []
         assert await leftover.code() == grpc.StatusCode.OK
-    for metadata in ((*V1, (RESUME_FROM, str(snapshot_id))), V1):
-        with pytest.raises(grpc.aio.AioRpcError) as ended:
-            await read_stream(subscribe(request, metadata=metadata))
-        assert ended.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    first, late, last = await read_stream(subscribe(request, metadata=(*V1, (RESUME_FROM, str(snapshot_id)))))
+    assert [m.SerializeToString() for m in late] == [m.SerializeToString() for m in plain_rest]
+    assert (first, last) == (snapshot_id + 1, plain_last)
+    with pytest.raises(grpc.aio.AioRpcError) as ended:
+        await read_stream(subscribe(request, metadata=V1))
+    assert ended.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
 async def test_a_resumed_task_opens_its_own_stream_with_the_task_and_subscribers_get_updates(raw: Raw) -> None:

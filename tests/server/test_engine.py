@@ -765,7 +765,7 @@ async def test_a_subscriber_that_never_reads_does_not_block_the_executor(engines
     if replay < CHUNKS:
         assert any(isinstance(event, Task) for _, event, _ in items[1:]), "expected a snapshot after the overflow"
     assert engine.bus.tap_count() == 0
-    assert engine.bus.log_count() == 0
+    assert engine.bus.log_count() == engine.bus.ended_count() == 1  # only its log, kept for resumes
 
 
 @pytest.mark.parametrize("replay", [1000, 8], ids=["refill-from-replay", "restart-from-snapshot"])
@@ -784,7 +784,7 @@ async def test_a_slow_stream_reader_does_not_block_the_executor(engines: Factory
     assert strictly_increasing(seqs)
     assert fold([first[1], *(event for _, event, _ in rest)]) == (EXPECTED, TaskState.COMPLETED)
     assert engine.bus.tap_count() == 0
-    assert engine.bus.log_count() == 0
+    assert engine.bus.log_count() == engine.bus.ended_count() == 1  # only its log, kept for resumes
 
 
 # --- a client going away never cancels the task ----------------------------------------------------------
@@ -814,7 +814,7 @@ async def test_closing_a_stream_does_not_cancel_the_task(engines: Factory) -> No
     gate.set()
     await settle(engine)
     assert (await stored(engine, first.id)).status.state is TaskState.COMPLETED
-    assert engine.bus.log_count() == 0
+    assert engine.bus.log_count() == engine.bus.ended_count() == 1  # only its log, kept for resumes
 
 
 async def test_a_stream_never_read_admits_nothing(engines: Factory) -> None:
@@ -855,7 +855,7 @@ async def test_cancelling_the_stream_consumer_does_not_cancel_the_task(engines: 
     await settle(engine)
     assert (await stored(engine, task_id)).status.state is TaskState.COMPLETED
     assert engine.bus.tap_count() == 0
-    assert engine.bus.log_count() == 0
+    assert engine.bus.log_count() == engine.bus.ended_count() == 1  # only its log, kept for resumes
 
 
 async def test_a_stream_caller_leaving_before_its_execution_starts_leaks_no_tap(engines: Factory) -> None:
@@ -1036,7 +1036,7 @@ async def test_subscribe_snapshot_first_then_events_across_input_required_until_
     assert isinstance(events[-1], TaskStatusUpdateEvent)
     assert events[-1].status.state is TaskState.COMPLETED
     assert engine.bus.tap_count() == 0
-    assert engine.bus.log_count() == 0
+    assert engine.bus.log_count() == engine.bus.ended_count() == 1  # only its log, kept for resumes
 
 
 async def test_subscribe_to_an_interrupted_task_that_is_not_executing(engines: Factory) -> None:
@@ -1174,21 +1174,94 @@ async def test_resume_from_an_id_older_than_the_replay_ring_starts_with_a_snapsh
 
 
 async def test_resume_of_a_finished_task(engines: Factory) -> None:
-    # A stream resumed after its task ended: from the last event there is nothing left, and the resumed stream
-    # ends at once instead of waiting for events that cannot come; from an id the (dropped) log no longer covers,
-    # the terminal task is refused as any subscription to it is (the final state is GetTask's).
+    # A stream resumed after its task ended (CONTRACT "SSE and resume"): exactly the events after its id, then the
+    # end; the finished task's log is kept for this (as the Redis bus keeps its stream), so a second resume works
+    # too. Without an id, a finished task is refused as any subscription to it is (the final state is GetTask's).
     engine = await engines(Scripted(_ten_chunks_then_ask()))
     turn1 = await collect(engine.stream(req()))
     task_id = turn1[0][1].id
     turn2 = await collect(engine.stream(req("end", task_id=task_id)))
     assert engine.bus.tap_count() == 0
+    everything = [(s, d) for s, _, d in turn1 + turn2]
     last = turn2[-1][0]
     assert await collect(await within(engine.subscribe(task_id, last_event_id=last))) == []
-    assert engine.bus.log_count() == 0  # the resumed reader did not leave the finished task's log behind
-    with pytest.raises(UnsupportedOperationError):
-        await engine.subscribe(task_id, last_event_id=turn1[2][0])
+    for k in (2, 2, len(turn1) - 1):
+        after = everything[k][0]
+        resumed = await collect(await within(engine.subscribe(task_id, last_event_id=after)))
+        assert [(s, d) for s, _, d in resumed] == everything[k + 1 :]
+    assert engine.bus.tap_count() == 0
+    assert engine.bus.log_count() == engine.bus.ended_count() == 1  # kept, once, and no reader left a tap
     with pytest.raises(UnsupportedOperationError):
         await engine.subscribe(task_id)
+
+
+@pytest.mark.parametrize("why", ["older-than-the-ring", "expired", "beyond-the-top"])
+async def test_resume_of_a_finished_task_the_log_no_longer_covers_gives_its_snapshot(
+    engines: Factory, why: str
+) -> None:
+    # The CONTRACT's rule for an id older than the retained log: the Task snapshot first, then the events after it
+    # (none: it is the final state), then the end; not an error. The snapshot's id is the task's last event's.
+    now = [0.0]
+    bus = LocalEventBus(replay=4 if why == "older-than-the-ring" else 1000)
+    bus.clock = lambda: now[0]
+    engine = await engines(Scripted(_ten_chunks_then_ask()), bus=bus)
+    turn1 = await collect(engine.stream(req()))
+    task_id = turn1[0][1].id
+    turn2 = await collect(engine.stream(req("end", task_id=task_id)))
+    last = turn2[-1][0]
+    if why == "expired":
+        now[0] += bus.ended_ttl + 1
+    after = last + 5 if why == "beyond-the-top" else turn1[1][0]
+    resumed = await collect(await within(engine.subscribe(task_id, last_event_id=after)))
+    assert len(resumed) == 1
+    seq, snapshot, data = resumed[0]
+    assert isinstance(snapshot, Task)
+    assert snapshot.status.state is TaskState.COMPLETED
+    assert seq == last
+    assert b'"task"' in data
+    expected = "".join(f"c{i} " for i in range(10)) + "end"
+    assert fold([snapshot]) == (expected, TaskState.COMPLETED)
+    assert engine.bus.tap_count() == 0
+    # An expired log is gone, and the snapshot-only resume did not bring it back.
+    assert engine.bus.log_count() == engine.bus.ended_count() == (0 if why == "expired" else 1)
+
+
+async def test_finished_logs_kept_for_resumes_are_capped(engines: Factory) -> None:
+    # Beyond ``max_ended`` finished logs, the oldest go: a resume of those gets the snapshot (CONTRACT), the others
+    # exactly their missed events.
+    async def run(ctx: RequestContext, q: EventQueue) -> None:
+        u = TaskUpdater(q, ctx)
+        for i in range(3):
+            await u.artifact(f"{i}", artifact_id="out", append=i > 0)
+        await u.complete()
+
+    engine = await engines(Scripted(run), bus=LocalEventBus(max_ended=2))
+    streams = [await collect(engine.stream(req(f"task {n}"))) for n in range(4)]
+    assert engine.bus.log_count() == engine.bus.ended_count() == 2
+    for n, items in enumerate(streams):
+        resumed = await collect(await within(engine.subscribe(items[0][1].id, last_event_id=items[0][0])))
+        if n < 2:
+            assert [type(e) for _, e, _ in resumed] == [Task]
+            assert resumed[0][0] == items[-1][0]
+        else:
+            assert [(s, d) for s, _, d in resumed] == [(s, d) for s, _, d in items[1:]]
+    assert engine.bus.log_count() == engine.bus.ended_count() == 2
+
+
+async def test_a_blocking_send_keeps_no_log_and_a_resume_of_it_gets_the_snapshot(engines: Factory) -> None:
+    # Nobody had the event ids of a task nobody streamed: its log is dropped as it ends (the blocking send's hot
+    # path keeps nothing), and a made-up id gets the snapshot.
+    async def run(ctx: RequestContext, q: EventQueue) -> None:
+        await TaskUpdater(q, ctx).complete_with_text("ok")
+
+    engine = await engines(Scripted(run))
+    task = as_task(await within(engine.send(req())))
+    await settle(engine)
+    assert engine.bus.log_count() == 0
+    resumed = await collect(await within(engine.subscribe(task.id, last_event_id=1)))
+    assert [type(e) for _, e, _ in resumed] == [Task]
+    assert resumed[0][1].status.state is TaskState.COMPLETED
+    assert engine.bus.log_count() == 0
 
 
 async def test_event_ids_are_one_sequence_across_stream_and_subscribe(engines: Factory) -> None:

@@ -235,7 +235,8 @@ class EventBus(Protocol):
         """Unregister a tap."""
 
     def forget(self, task_id: str) -> None:
-        """The task is terminal: its log may go once nobody reads it."""
+        """The task is terminal: its log may go once nobody reads it (kept a while when it was read: clients resuming
+        after the end get exactly the events they missed)."""
 
     def tap_count(self, task_id: str | None = None) -> int:
         """Open taps in this process (of one task, or all)."""

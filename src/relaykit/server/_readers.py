@@ -172,13 +172,13 @@ class Readers:
             assert record is not None
             snapshot, stored_seq = record.task, record.event_seq
         terminal = snapshot.status.state in TERMINAL
-        refused = UnsupportedOperationError(
-            f"task {task_id} is {snapshot.status.state.name}; only active tasks can be subscribed to "
-            "(use GetTask for the final state)",
-            task_id=task_id,
-        )
         if terminal and last_event_id is None:
-            raise refused
+            # (With a Last-Event-ID, a stream resumed after the end: below.)
+            raise UnsupportedOperationError(
+                f"task {task_id} is {snapshot.status.state.name}; only active tasks can be subscribed to "
+                "(use GetTask for the final state)",
+                task_id=task_id,
+            )
         if self.bus.tap_count(task_id) >= self.max_subscribers:
             raise ResourceExhaustedError(f"task {task_id} already has {self.max_subscribers} subscribers")
         if last_event_id is not None:
@@ -186,13 +186,15 @@ class Readers:
             if not gap:
                 if terminal:
                     # A stream resumed after the task ended: the events it missed, up to the end, are still in the
-                    # log; nothing more will come.
+                    # log (a finished task's log is kept a while for this); nothing more will come.
                     tap.finish()
                 items = self._subscription(tap, None, tenant, call.user, forget=terminal)
                 return _Subscription(items, self.bus, tap, forget=terminal)
             self.bus.close_tap(tap)
-            if terminal:
-                raise refused
+            # The log no longer reaches back to the client's id (the ring moved on, the finished task's log expired or
+            # was never kept: a restart, a task nobody streamed). A terminal task is resumed as any other (CONTRACT):
+            # its snapshot, then what the log holds after it, then the end; not refused (a client reconnecting after
+            # the task ended must learn how it ended on the stream it resumed).
         seen = last_event_id or 0
         # From the snapshot: it stands for every event up to ``stored_seq``; replay whatever came after it.
         tap, gap = await self.bus.open(task_id, after=max(stored_seq, seen), base_seq=stored_seq)
@@ -210,7 +212,10 @@ class Readers:
         # The snapshot's id is not below the client's Last-Event-ID (resuming from it must not repeat events), unless
         # that id is beyond anything the log has numbered (then it is no position at all, and later ids must rise).
         first = (stored_seq if beyond else max(stored_seq, min(seen, tap.head)), snapshot)
-        return _Subscription(self._subscription(tap, first, tenant, call.user), self.bus, tap)
+        if terminal:
+            tap.finish()  # the snapshot is the final state, and anything the log holds after it is in the tap now
+        items = self._subscription(tap, first, tenant, call.user, forget=terminal)
+        return _Subscription(items, self.bus, tap, forget=terminal)
 
     async def _subscription(
         self, tap: Tap, first: tuple[int, Task] | None, tenant: str, owner: str, *, forget: bool = False

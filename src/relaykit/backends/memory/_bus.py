@@ -2,31 +2,68 @@
 
 It keeps the rules of every bus (``relaykit.backends._bus``), and its own:
 
-* a task's log is dropped when the task is terminal and has no taps; idle logs are evicted least-recently-used
-  beyond ``max_logs``;
+* a finished task's log (terminal, no taps left) stays for resumes when a tap was ever opened on it (its event ids
+  went out: a stream, a subscriber), as the Redis bus keeps a finished task's stream: ``ended_ttl`` seconds
+  (``RedisEventBus.ttl``'s default) from when it is kept (Redis counts from the last event: the same moment when
+  the reader left before the end), its encoded events only, within ``max_ended`` logs and ``max_ended_bytes`` all
+  told, the oldest dropped first; a log nobody ever read (a blocking send's) is dropped at once, as before: nobody
+  holds an id to resume from;
+* idle logs are evicted least-recently-used beyond ``max_logs``;
 * the replay ring holds every event but the private ones (``publish_private``): those are for the one tap of their
-  execution, open when they are published, and for no replay.
+  execution, open when they are published, and for no replay (nor are they in a finished task's kept log).
+
+Costs stay proportional to what caused them: a log's events are taken once, when it is kept (those nobody listened
+to are encoded then); each kept log is dropped once, oldest first.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
-from relaykit._types import stream_json
+from relaykit._types import Message, stream_json
 from relaykit.backends._bus import Item, Tap
 
 __all__ = ["LocalEventBus"]
 
+# What one kept event costs beside its bytes: its slot in the list and its bytes object's header, rounded up.
+_ITEM_OVERHEAD = 64
+
 
 class _Log:
-    __slots__ = ("ring", "seq", "taps", "terminal")
+    __slots__ = ("ring", "seq", "taps", "terminal", "watched")
 
     def __init__(self, seq: int, replay: int) -> None:
         self.seq = seq
         self.ring: deque[Item] = deque(maxlen=replay)
         self.taps: set[Tap] = set()
         self.terminal = False
+        self.watched = False  # a tap was opened on it: its event ids went out, a resume may come back with one
+
+
+class _Kept:
+    """A finished task's log kept for resumes: the encoded events ``first``, ``first + 1``, … (a log's events are
+    numbered without a gap), the time it goes, and what it holds. Its ``_Log`` stays (seq, taps), its ring emptied:
+    the event objects are several times the size of their bytes, and a replay decodes what it reads (``Tap.take``).
+    """
+
+    __slots__ = ("datas", "deadline", "first", "size")
+
+    def __init__(self, first: int, datas: list[bytes], deadline: float) -> None:
+        self.first = first
+        self.datas = datas
+        self.deadline = deadline
+        self.size = sum(map(len, datas)) + _ITEM_OVERHEAD * len(datas)
+
+    def after(self, after: int) -> list[Item]:
+        """The kept events past ``after``, as a replay hands them out."""
+        start = max(after + 1, self.first)
+        top = self.first + len(self.datas)
+        return list(zip(range(start, top), repeat(None), self.datas[start - self.first :], strict=False))
 
 
 class LocalEventBus:
@@ -35,11 +72,28 @@ class LocalEventBus:
     >>> bus = LocalEventBus(replay=1000)
     """
 
-    def __init__(self, *, replay: int = 1000, tap_limit: int = 10_000, max_logs: int = 10_000) -> None:
+    def __init__(
+        self,
+        *,
+        replay: int = 1000,
+        tap_limit: int = 10_000,
+        max_logs: int = 10_000,
+        ended_ttl: float = 3600.0,
+        max_ended: int = 1000,
+        max_ended_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
         self.replay = replay
         self.tap_limit = tap_limit
         self.max_logs = max_logs
+        self.ended_ttl = ended_ttl
+        self.max_ended = max_ended
+        self.max_ended_bytes = max_ended_bytes
+        self.clock: Callable[[], float] = time.monotonic
         self._logs: OrderedDict[str, _Log] = OrderedDict()
+        # The finished logs kept for resumes, oldest first. A deadline is the moment its log was kept plus one fixed
+        # ttl, so this order is also the order in which they expire.
+        self._ended: OrderedDict[str, _Kept] = OrderedDict()
+        self._ended_bytes = 0
         self.woke = False
 
     async def start(self) -> None:
@@ -56,6 +110,8 @@ class LocalEventBus:
             for tap in log.taps:
                 tap.finish()
         self._logs.clear()
+        self._ended.clear()
+        self._ended_bytes = 0
 
     def _log(self, task_id: str, seq: int = 0) -> _Log:
         log = self._logs.get(task_id)
@@ -73,7 +129,13 @@ class LocalEventBus:
             if len(self._logs) <= self.max_logs:
                 break
             if not self._logs[task_id].taps:
-                del self._logs[task_id]
+                self._remove(task_id)
+
+    def _remove(self, task_id: str) -> None:
+        del self._logs[task_id]
+        kept = self._ended.pop(task_id, None)
+        if kept is not None:
+            self._ended_bytes -= kept.size
 
     def last_seq(self, task_id: str, default: int = 0) -> int:
         """The newest sequence number of a task (``default`` if the bus has no log for it)."""
@@ -147,7 +209,10 @@ class LocalEventBus:
         and its streaming caller's tap opens as it starts, so ``execution`` filters nothing here: it only names the
         tap that gets that execution's private events.)
         """
+        if self._ended:
+            self._trim(self.clock())  # a kept log past its time is gone before anyone reads it (as a Redis stream)
         log = self._log(task_id, base_seq)
+        log.watched = True
         tap = Tap(task_id, self.tap_limit)
         tap.execution = execution
         gap = False
@@ -171,7 +236,8 @@ class LocalEventBus:
         if ok or not lenient:
             return ok
         after = tap.last_seq
-        newer = [item for item in log.ring if item[0] > after]
+        kept = self._ended.get(tap.task_id) if self._ended else None
+        newer = kept.after(after) if kept is not None else [item for item in log.ring if item[0] > after]
         tap.fill(newer, newer[0][0] - 1 if newer else max(after, log.seq), top=log.seq)
         tap.last_seq = after
         return True
@@ -182,6 +248,12 @@ class LocalEventBus:
             return False
         if after == log.seq:
             return True
+        kept = self._ended.get(tap.task_id) if self._ended else None
+        if kept is not None:
+            if kept.first > after + 1:
+                return False
+            tap.fill(kept.after(after), after, top=log.seq)  # a private event after its last counts as seen
+            return True
         if not log.ring or log.ring[0][0] > after + 1:
             return False
         # Up to the log's top: a private event newer than the ring's last is not for this tap, and counts as seen.
@@ -189,20 +261,64 @@ class LocalEventBus:
         return True
 
     def close_tap(self, tap: Tap) -> None:
-        """Unregister a tap; drops the log of a terminal task once its last tap is gone."""
+        """Unregister a tap; a terminal task's log is kept or dropped (``_end``) once its last tap is gone."""
         tap.finish()
         log = self._logs.get(tap.task_id)
         if log is None:
             return
         log.taps.discard(tap)
         if log.terminal and not log.taps:
-            del self._logs[tap.task_id]
+            self._end(tap.task_id, log)
 
     def forget(self, task_id: str) -> None:
-        """Drop a terminal task's log now if nobody is reading it."""
+        """The task is terminal: its log is kept for resumes or dropped (``_end``) now if nobody is reading it, else
+        when its last tap closes."""
         log = self._logs.get(task_id)
-        if log is not None and not log.taps:
+        if log is None:
+            return
+        if not log.watched and not log.taps:
+            # Nobody ever had its event ids (a blocking send's): nothing to resume, and nothing more to do here.
             del self._logs[task_id]
+            return
+        log.terminal = True
+        if not log.taps:
+            self._end(task_id, log)
+
+    def _end(self, task_id: str, log: _Log) -> None:
+        """A finished task's log that nobody reads any more: kept for resumes when a tap was ever opened on it and
+        it holds events of a task (not a bare Message reply, which belongs to no task), else dropped now."""
+        if task_id in self._ended:
+            return  # kept already (a resumed reader left): its time runs from when it was first kept
+        ring = log.ring
+        if not log.watched or not ring or self.ended_ttl <= 0 or isinstance(ring[-1][1], Message):
+            del self._logs[task_id]
+            return
+        # Its bytes only (``_Kept``), taken by C loops (map, all, sum), not an interpreted one per event: this runs
+        # at the end of every stream, beside its own per-chunk work. (Nothing is appended to it after: its task is
+        # terminal, and the engine admits nothing more for it.)
+        datas: list[Any] = list(map(itemgetter(2), ring))
+        if not all(datas):
+            # Events published while nobody listened were not encoded: encoded now, once.
+            datas = [data if data is not None else stream_json(item[1]) for item, data in zip(ring, datas, strict=True)]
+        now = self.clock()
+        kept = self._ended[task_id] = _Kept(ring[0][0], datas, now + self.ended_ttl)
+        ring.clear()
+        self._ended_bytes += kept.size
+        self._trim(now)
+
+    def _trim(self, now: float) -> None:
+        """Drop the kept logs past their time, then the oldest ones beyond ``max_ended`` / ``max_ended_bytes``."""
+        ended = self._ended
+        while ended:
+            task_id, kept = next(iter(ended.items()))
+            if kept.deadline > now and len(ended) <= self.max_ended and self._ended_bytes <= self.max_ended_bytes:
+                return
+            log = self._logs.get(task_id)
+            if log is not None:
+                # A resume being read right now holds its items already (and was told the log ends there).
+                for tap in log.taps:
+                    tap.finish()
+            self._remove(task_id)
 
     def tap_count(self, task_id: str | None = None) -> int:
         """Open taps (of one task, or all): for limits and leak tests."""
@@ -212,5 +328,13 @@ class LocalEventBus:
         return sum(len(log.taps) for log in self._logs.values())
 
     def log_count(self) -> int:
-        """Task logs held."""
+        """Task logs held (the finished ones kept for resumes included)."""
         return len(self._logs)
+
+    def ended_count(self) -> int:
+        """Finished tasks' logs kept for resumes."""
+        return len(self._ended)
+
+    def ended_bytes(self) -> int:
+        """What the finished logs kept for resumes hold, about (their encoded events, plus a fixed cost each)."""
+        return self._ended_bytes
