@@ -19,6 +19,7 @@ to are encoded then); each kept log is dropped once, oldest first.
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from itertools import repeat
@@ -46,21 +47,26 @@ class _Log:
 
 
 class _Kept:
-    """A finished task's log kept for resumes: the encoded events ``first``, ``first + 1``, … (a log's events are
-    numbered without a gap), the time it goes, and what it holds. Its ``_Log`` stays (seq, taps), its ring emptied:
-    the event objects are several times the size of their bytes, and a replay decodes what it reads (``Tap.take``).
+    """A finished task's log kept for resumes: its encoded events, numbered ``first``, ``first + 1``, … or, when a
+    private event (``publish_private``, never in the ring) left a gap in the ring's numbers, by ``seqs``; the time it
+    goes, and what it holds. Its ``_Log`` stays (seq, taps), its ring emptied: the event objects are several times
+    the size of their bytes, and a replay decodes what it reads (``Tap.take``).
     """
 
-    __slots__ = ("datas", "deadline", "first", "size")
+    __slots__ = ("datas", "deadline", "first", "seqs", "size")
 
-    def __init__(self, first: int, datas: list[bytes], deadline: float) -> None:
+    def __init__(self, first: int, datas: list[bytes], deadline: float, seqs: list[int] | None = None) -> None:
         self.first = first
         self.datas = datas
         self.deadline = deadline
-        self.size = sum(map(len, datas)) + _ITEM_OVERHEAD * len(datas)
+        self.seqs = seqs
+        self.size = sum(map(len, datas)) + _ITEM_OVERHEAD * len(datas) * (1 if seqs is None else 2)
 
     def after(self, after: int) -> list[Item]:
         """The kept events past ``after``, as a replay hands them out."""
+        if self.seqs is not None:
+            start = bisect_right(self.seqs, after)
+            return list(zip(self.seqs[start:], repeat(None), self.datas[start:], strict=False))
         start = max(after + 1, self.first)
         top = self.first + len(self.datas)
         return list(zip(range(start, top), repeat(None), self.datas[start - self.first :], strict=False))
@@ -301,7 +307,10 @@ class LocalEventBus:
             # Events published while nobody listened were not encoded: encoded now, once.
             datas = [data if data is not None else stream_json(item[1]) for item, data in zip(ring, datas, strict=True)]
         now = self.clock()
-        kept = self._ended[task_id] = _Kept(ring[0][0], datas, now + self.ended_ttl)
+        first = ring[0][0]
+        # Numbered without a gap unless a continuation's private opening snapshot took a number (not in the ring).
+        seqs = None if ring[-1][0] - first + 1 == len(ring) else [item[0] for item in ring]
+        kept = self._ended[task_id] = _Kept(first, datas, now + self.ended_ttl, seqs)
         ring.clear()
         self._ended_bytes += kept.size
         self._trim(now)
