@@ -247,7 +247,8 @@ class PushSender(StreamDelivery):
             inline.task_id = task_id
             inline.tenant = active.tenant
             if not inline.id:
-                # A 0.3 client names a task's config by the task id (what 0.3 servers assigned).
+                # A 0.3 client names a task's config by the task id (what 0.3 servers assigned). A queued message
+                # keeps its config's 0.3 mark (server._front.encode_request), so a worker binds what the handler does.
                 old_client = bool(inline.protocol_version)
                 inline.id = inline_config_id("", task_id, pending.message.message_id, legacy=old_client)
             await self.configs.put(inline.model_copy(), owner=active.owner)

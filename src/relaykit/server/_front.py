@@ -18,6 +18,8 @@ import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
+
 from relaykit._enums import Role, TaskState
 from relaykit._errors import (
     A2AError,
@@ -51,6 +53,24 @@ __all__ = ["Front", "decode_call", "encode_call", "queued", "requeued"]
 
 # Headers that carry credentials are not copied into the work queue (workers see the principal, not its secret).
 _PRIVATE_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key"})
+
+
+def encode_request(request: SendMessageRequest) -> bytes:
+    """A message's request as the work queue carries it and the store keeps it (``TaskRecord.request``): its JSON,
+    plus the protocol version of its inline push config, which is not on the wire (``TaskPushNotificationConfig.
+    protocol_version``, "0.3" when the 0.3 codec decoded the request).
+
+    Without it the worker that runs the message would bind a 0.3 client's inline config as a 1.0 one: under another
+    id than the accepting replica's handler gives it (``inline_config_id``: the task id for 0.3), so the task would
+    have two configs, and one of them would post 1.0 bodies to a 0.3 webhook.
+    """
+    data = request.to_json()
+    inline = request.configuration.task_push_notification_config if request.configuration else None
+    if inline is None or not inline.protocol_version:
+        return data
+    raw = json.loads(data)
+    raw["configuration"]["taskPushNotificationConfig"]["relaykitProtocolVersion"] = inline.protocol_version
+    return pydantic_core.to_json(raw)  # compact: no raw newline (``queued``)
 
 
 def encode_call(call: CallContext) -> bytes:
@@ -189,7 +209,7 @@ class Front:
         task_id = message.task_id
         # The message as a queue entry would carry it, stored with the claim: should this replica die, the worker
         # that takes the task over re-creates the message from it, as for a queued one.
-        claim = await self._claim(task_id, tenant, owner, request=request.to_json() + b"\n" + encode_call(call))
+        claim = await self._claim(task_id, tenant, owner, request=encode_request(request) + b"\n" + encode_call(call))
         if claim is None:
             return None
         task = claim.record.task
@@ -229,7 +249,7 @@ class Front:
         record = TaskRecord(task, tenant, owner, body=task.to_json())
         # The queued request carries the message as the client sent it (no task id: the task is new).
         message.task_id = ""
-        queued_request, queued_call = request.to_json(), encode_call(call)
+        queued_request, queued_call = encode_request(request), encode_call(call)
         record.request = queued_request + b"\n" + queued_call
         return record
 
@@ -272,7 +292,7 @@ class Front:
             fresh = new is not None
             tap, _ = await self.bus.open(task_id, execution=message.message_id)
             try:
-                encoded = new if new is not None else (request.to_json(), encode_call(call))
+                encoded = new if new is not None else (encode_request(request), encode_call(call))
                 item = WorkItem(task_id, tenant, owner, *encoded, fresh)
                 if engine.telemetry is not None:
                     item.trace = engine.telemetry.carrier()

@@ -248,7 +248,11 @@ class RequestHandler:
         config_id = inline_config_id(
             config.id, task.id, request.message.message_id, legacy=bool(config.protocol_version)
         )
-        bound = config.model_copy(update={"task_id": task.id, "id": config_id})
+        # The task's tenant, as the push hook binds it (``PushSender.on_event``: the execution's tenant): in scale-out
+        # the worker that runs the message binds the config too, and the store keys a config by its tenant, so the
+        # tenant as sent (empty when the path named it) would make a second config under another tenant.
+        tenant = request.tenant or call.tenant
+        bound = config.model_copy(update={"task_id": task.id, "id": config_id, "tenant": tenant})
         await self.push_store.put(bound, owner=call.user)
 
     # --- tasks -------------------------------------------------------------------------------------------
