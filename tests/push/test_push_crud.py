@@ -181,6 +181,22 @@ def test_inline_config_is_bound_to_the_new_task(server: Server) -> None:
     assert assigned["taskId"] == without_id
 
 
+def test_a_follow_up_s_inline_config_naming_its_task_is_bound(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # A follow-up's inline config may carry the task's id already; it is stored all the same (it once looked bound).
+    ask = Server("examples/ask.py", log_dir=tmp_path_factory.mktemp("ask-logs"))
+    try:
+        first = ask.send("hi").json()["task"]
+        assert first["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+        task_id = first["id"]
+        push = {"id": "later", "taskId": task_id, "url": HOOK, "token": "t2"}
+        answer = ask.send("Ada", task_id=task_id, push=push).json()["task"]
+        configs = Api(ask, "rest").list(task_id)["configs"]
+    finally:
+        ask.stop()
+    assert answer["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert [(c["id"], c["taskId"], c["token"]) for c in configs] == [("later", task_id, "t2")]
+
+
 def test_push_off(tmp_path_factory: pytest.TempPathFactory) -> None:
     off = Server("examples/echo.py", "--no-push", log_dir=tmp_path_factory.mktemp("nopush-logs"))
     try:

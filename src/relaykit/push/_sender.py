@@ -241,7 +241,8 @@ class PushSender(StreamDelivery):
         record = active.record
         pending = active.current
         inline = pending.configuration.task_push_notification_config if pending and pending.configuration else None
-        if inline is not None and pending is not None and inline.task_id != task_id:
+        if inline is not None and pending is not None and not pending.push_bound:
+            pending.push_bound = True
             # Bound when the task first shows up, so the config sees the task's very first event. The request
             # handler sees task_id set and does not bind it again.
             inline.task_id = task_id

@@ -45,6 +45,7 @@ class PendingRequest:
         "message",
         "metadata",
         "outcome_only",
+        "push_bound",
         "rerun",
         "seen",
         "started",
@@ -77,6 +78,9 @@ class PendingRequest:
         # A re-run of a message already in the task's history (an idempotent executor taking over a lost worker's
         # task): it is not appended again.
         self.rerun = False
+        # Its inline push config is stored (by the push hook, at the execution's first event): once per message,
+        # whatever task id the config came with (a follow-up's may name the task already).
+        self.push_bound = False
         # The trace context the message was admitted in (its execution span's parent); None without tracing.
         self.trace: Any = None
         # Its entry in the engine's recent messages (idempotency), told when ``done`` is settled. Called directly
