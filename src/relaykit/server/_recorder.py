@@ -415,12 +415,7 @@ class Recorder:
                 return await self._publish(active, event, data, terminal=terminal, base=base, wait=wait)
             return await self._publish(active, event, data, base=base)
         finally:
-            active.emitting = False
-            waiter = active.emit_waiter
-            if waiter is not None:
-                active.emit_waiter = None
-                if not waiter.done():
-                    waiter.set_result(None)
+            _emitted(active)
 
     async def _emit_opening(self, active: ActiveTask, pending: PendingRequest, body: bytes, *, wait: bool) -> None:
         """Publish a continuation's opening snapshot (``body``, the task as its execution starts) for this
@@ -454,12 +449,7 @@ class Recorder:
                 except Exception:
                     log.exception("task %s: event hook failed", active.task_id)
         finally:
-            active.emitting = False
-            waiter = active.emit_waiter
-            if waiter is not None:
-                active.emit_waiter = None
-                if not waiter.done():
-                    waiter.set_result(None)
+            _emitted(active)
         if self.bus.woke:
             # Its caller's reader waits for it: let it go out now, as ``_publish`` does for a stream's first event.
             active.last_yield = time.monotonic()
@@ -613,3 +603,13 @@ async def _shielded(write: Awaitable[None]) -> None:
     except asyncio.CancelledError:
         await task
         raise
+
+
+def _emitted(active: ActiveTask) -> None:
+    """An emission is over: the next one may start (``emit_waiter``, if one waits for it)."""
+    active.emitting = False
+    waiter = active.emit_waiter
+    if waiter is not None:
+        active.emit_waiter = None
+        if not waiter.done():
+            waiter.set_result(None)
