@@ -63,7 +63,9 @@ class _HistoryTrimmed:
     one pays nothing.
 
     A snapshot's object may be shared with other readers of the task's log, so it is copied, never trimmed in place.
-    A class, not an async generator, so the writers still see ``pending()`` (as ``server._quotas._Counted``)."""
+    A class, not an async generator, so the writers still see ``pending()`` (as ``server._quotas._Counted``); a
+    request that also carries an inline push config is wrapped again by ``_bind_push_on_first``, a generator, and its
+    writer then batches less (correct, only slower, and only for that rare combination)."""
 
     __slots__ = ("_items", "_length")
 
@@ -243,7 +245,9 @@ class RequestHandler:
     async def _bind_inline_push(self, request: SendMessageRequest, task: Task, call: CallContext) -> None:
         config = request.configuration.task_push_notification_config if request.configuration else None
         if config is None or config.task_id == task.id:
-            return  # none, or already bound when the task was created (the push sender's engine hook)
+            # None, or bound already by the push hook, which sets the task id on this very object in one process. In
+            # queue mode a follow-up's config may name its task from the start: the worker's hook stores that one.
+            return
         self._require_push()
         config_id = inline_config_id(
             config.id, task.id, request.message.message_id, legacy=bool(config.protocol_version)

@@ -216,7 +216,11 @@ class LocalEventBus:
         tap that gets that execution's private events.)
         """
         if self._ended:
-            self._trim(self.clock())  # a kept log past its time is gone before anyone reads it (as a Redis stream)
+            # This task's kept log past its time is gone before anyone reads it (as a Redis stream). Only this one is
+            # looked at here (one lookup per open); the others expire as new ones are kept (``_end``).
+            kept = self._ended.get(task_id)
+            if kept is not None and kept.deadline <= self.clock():
+                self._drop(task_id)
         log = self._log(task_id, base_seq)
         log.watched = True
         tap = Tap(task_id, self.tap_limit)
@@ -322,12 +326,16 @@ class LocalEventBus:
             task_id, kept = next(iter(ended.items()))
             if kept.deadline > now and len(ended) <= self.max_ended and self._ended_bytes <= self.max_ended_bytes:
                 return
-            log = self._logs.get(task_id)
-            if log is not None:
-                # A resume being read right now holds its items already (and was told the log ends there).
-                for tap in log.taps:
-                    tap.finish()
-            self._remove(task_id)
+            self._drop(task_id)
+
+    def _drop(self, task_id: str) -> None:
+        """A kept log goes (its time is up, or the caps need room)."""
+        log = self._logs.get(task_id)
+        if log is not None:
+            # A resume being read right now holds its items already (and was told the log ends there).
+            for tap in log.taps:
+                tap.finish()
+        self._remove(task_id)
 
     def tap_count(self, task_id: str | None = None) -> int:
         """Open taps (of one task, or all): for limits and leak tests."""
