@@ -258,7 +258,8 @@ async def test_client_cancelling_a_stream_leaves_the_task_running(raw: Raw) -> N
     assert canceled.status.state == pb.TASK_STATE_CANCELED
 
 
-async def test_extensions_required_and_echoed(grpc_agent: Callable[..., Any]) -> None:
+async def _extension_agent(grpc_agent: Callable[..., Any]) -> Raw:
+    """A client of an agent that requires ``urn:a2a:test:required`` and offers ``urn:opt``."""
     executor = Interop()
     executor.card = AgentCard(  # type: ignore[attr-defined]
         name="ext",
@@ -268,7 +269,11 @@ async def test_extensions_required_and_echoed(grpc_agent: Callable[..., Any]) ->
         ),
     )
     _app, address = await grpc_agent(executor, grace=0.5)
-    client = Raw(address)
+    return Raw(address)
+
+
+async def test_extensions_required_and_echoed(grpc_agent: Callable[..., Any]) -> None:
+    client = await _extension_agent(grpc_agent)
     try:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await client.send("hello")
@@ -288,16 +293,7 @@ async def test_extensions_required_and_echoed(grpc_agent: Callable[..., Any]) ->
 
 async def test_repeated_extension_entries_are_one_list(grpc_agent: Callable[..., Any]) -> None:
     # gRPC metadata follows HTTP/2 fields (RFC 9110 §5.3): the required extension in the second entry counts.
-    executor = Interop()
-    executor.card = AgentCard(  # type: ignore[attr-defined]
-        name="ext",
-        version="1.0.0",
-        capabilities=AgentCapabilities(
-            extensions=[AgentExtension(uri="urn:a2a:test:required", required=True), AgentExtension(uri="urn:opt")]
-        ),
-    )
-    _app, address = await grpc_agent(executor, grace=0.5)
-    client = Raw(address)
+    client = await _extension_agent(grpc_agent)
     try:
         call = client.unary("SendMessage", pb.SendMessageResponse)(
             pb.SendMessageRequest(message=pb.Message(message_id="m", role=pb.ROLE_USER, parts=[pb.Part(text="hi")])),
