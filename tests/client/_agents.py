@@ -14,6 +14,9 @@ as ``_sdk_server.py``:
 ``strict_app``: the kitchen with a card that requires the extension ``REQUIRED_EXTENSION`` and advertises an
 extended card without configuring one (ExtensionSupportRequiredError / ExtendedAgentCardNotConfiguredError).
 
+``timeout_app``: the kitchen whose blocking SendMessage answers after ``SEND_TIMEOUT`` seconds with the task as it is
+then (WORKING, for ``slow N``), as a relaykit server given a send timeout does.
+
 ``raising_app``: the kitchen whose request handler raises, on demand, any error of the table through the protocol
 (an executor cannot: the engine turns executor exceptions into FAILED tasks):
 
@@ -192,7 +195,17 @@ _FACTORIES = {
         grace=1.0,
     ),
     "raising_app": lambda: _raising_app(),
+    "timeout_app": lambda: _timeout_app(),
 }
+
+SEND_TIMEOUT = 0.1
+
+
+def _timeout_app() -> Any:
+    app = create_app(kitchen, card=_card("relaykit-timeout"), store="memory", public_url=PUBLIC_URL, grace=1.0)
+    # ``create_app`` has no option for it: the engine's send timeout is set on the engine it built.
+    app.state.relaykit.engine.send_timeout = SEND_TIMEOUT
+    return app
 
 
 def _raising_app() -> Any:

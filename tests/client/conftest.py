@@ -7,7 +7,8 @@ Servers (each a separate process on 127.0.0.1, see ``support.servers`` and ``_pr
 * ``sdk_server``: ``python tests/client/_sdk_server.py`` (a2a-sdk 1.3.0, the same behaviour);
 * ``nopush_server``: the kitchen executor served with ``--no-push``;
 * ``strict_server``: ``strict_app`` (a required extension; an extended card advertised but not configured);
-* ``raising_server``: ``raising_app`` (its handler raises any error of the table on demand).
+* ``raising_server``: ``raising_app`` (its handler raises any error of the table on demand);
+* ``timeout_server``: ``timeout_app`` (a blocking SendMessage answers after 0.1 s, the task WORKING if it still is).
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def strict_server(servers: ServerPool) -> ServerProcess:
 @pytest.fixture(scope="session")
 def raising_server(servers: ServerPool) -> ServerProcess:
     return servers.get("raising", lambda d: start_serve(f"{AGENTS}:raising_app", d))
+
+
+@pytest.fixture(scope="session")
+def timeout_server(servers: ServerPool) -> ServerProcess:
+    return servers.get("timeout", lambda d: start_serve(f"{AGENTS}:timeout_app", d))
 
 
 BINDINGS = [pytest.param("JSONRPC", id="jsonrpc"), pytest.param("HTTP+JSON", id="rest")]

@@ -28,6 +28,7 @@ from relaykit.client import (
     OAuth2ClientCredentials,
     RESTTransport,
     TraceContext,
+    card_keys,
     choose_interface,
     sign_card,
     verify_card,
@@ -500,3 +501,34 @@ def test_unencoded_payload_signatures_still_verify() -> None:
     verify_card(legacy, public)
     with pytest.raises(A2AInvalidCardError):
         verify_card(legacy.model_copy(update={"version": "2.0.0"}), public)
+
+
+async def test_card_keys_fetched_only_from_a_trusted_origin_and_path() -> None:
+    """A ``jku`` is trusted by its scheme, host, port and path segments, never by a string prefix: a trusted
+    ``http://127.0.0.1:4123`` is a prefix of ``http://127.0.0.1:41234/…`` (another port), ``http://127.0.0`` of
+    ``http://127.0.0.1/…`` (another host), as ``https://agent.example`` is of ``https://agent.example.evil/…``."""
+    import jwt
+
+    private, public = _keys()
+    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(public))
+
+    async def handle(request: Request) -> Response:
+        body = json.dumps({"keys": [{**jwk, "kid": "k1"}]}).encode()
+        return Response(200, [("content-type", "application/json")], body)
+
+    server = await MiniHTTP(handle).start()
+    try:
+        origin = server.url  # http://127.0.0.1:PORT (an ephemeral port: at least 4 digits)
+        card = sign_card(_card(("JSONRPC", origin + "/")), private, kid="k1", jku=origin + "/keys/jwks.json")
+        async with asyncio.timeout(T), httpx.AsyncClient() as http:
+            prefixes = (origin[:-1], "http://127.0.0", origin + "/ke", origin + "/keys/jwks", "https" + origin[4:])
+            untrusted = {prefix: await card_keys(card, [prefix], http=http) for prefix in prefixes}
+            assert server.requests == []
+            for prefix in (origin, origin + "/keys", origin + "/keys/"):
+                keys = await card_keys(card, [prefix], http=http)
+                assert list(keys) == ["k1"], prefix
+                verify_card(card, keys, algorithms=["ES256"])
+    finally:
+        await server.aclose()
+    assert all(keys == {} for keys in untrusted.values()), untrusted
+    assert [r.path for r in server.requests] == ["/keys/jwks.json"] * 3

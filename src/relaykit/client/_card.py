@@ -18,6 +18,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
 
 import httpx
 from pydantic import ValidationError
@@ -167,8 +168,9 @@ def _major(version: str) -> str:
 async def card_keys(
     card: AgentCard, trusted: Sequence[str], *, http: httpx.AsyncClient | None = None
 ) -> dict[str, object]:
-    """The ``{kid: key}`` of the JWKS the card's signatures name in ``jku``, for ``verify_card``; only a ``jku`` that
-    starts with one of ``trusted`` (e.g. ``"https://agent.example/"``) is fetched, never one the card alone vouches for.
+    """The ``{kid: key}`` of the JWKS the card's signatures name in ``jku``, for ``verify_card``; only a ``jku`` under
+    one of ``trusted`` (e.g. ``"https://agent.example/"``) is fetched, never one the card alone vouches for. A ``jku``
+    is under a trusted URL when its scheme, host and port are the same and its path is that URL's path or below it.
 
     >>> # verify_card(card, await card_keys(card, ["https://agent.example/"]), algorithms=["ES256"])
     """
@@ -177,7 +179,7 @@ async def card_keys(
     urls: list[str] = []
     for signature in card.signatures:
         jku = _jku(signature.protected)
-        if jku and any(jku.startswith(prefix) for prefix in trusted) and jku not in urls:
+        if jku and any(_under(jku, prefix) for prefix in trusted) and jku not in urls:
             urls.append(jku)
     keys: dict[str, object] = {}
     client = http or httpx.AsyncClient(timeout=10.0)
@@ -208,3 +210,29 @@ def _jku(protected: str) -> str | None:
         return None
     value = header.get("jku") if isinstance(header, dict) else None
     return value if isinstance(value, str) else None
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _under(url: str, trusted: str) -> bool:
+    """Whether ``url`` is at or below ``trusted``: the same scheme, host and port, and a path that is ``trusted``'s
+    or continues it past a ``/``. Not a string prefix: ``https://agent.example`` is a prefix of
+    ``https://agent.example.evil/`` and ``http://host:80`` of ``http://host:8080/``."""
+    try:
+        got, want = urlsplit(url), urlsplit(trusted)
+        ports = (got.port, want.port)
+    except ValueError:
+        return False  # a malformed port: nothing to trust
+    scheme = got.scheme.lower()
+    if scheme != want.scheme.lower() or scheme not in _DEFAULT_PORTS or not got.hostname:
+        return False
+    default = _DEFAULT_PORTS[scheme]
+    if got.hostname != want.hostname or (ports[0] or default) != (ports[1] or default):
+        return False
+    path = got.path or "/"
+    # ``..`` would climb out of the trusted path once the server normalises it.
+    if any(segment in (".", "..") for segment in unquote(path).split("/")):
+        return False
+    base = want.path or "/"
+    return path == base or path.startswith(base if base.endswith("/") else base + "/")

@@ -37,6 +37,8 @@ from relaykit._errors import (
     A2ATaskFailedError,
     A2ATaskInputRequiredError,
     A2ATaskRejectedError,
+    InvalidParamsError,
+    UnsupportedOperationError,
 )
 from relaykit._methods import OPERATIONS_BY_NAME, Operation
 from relaykit._model import A2AModel
@@ -53,6 +55,7 @@ from relaykit._requests import (
     SendMessageRequest,
     SubscribeToTaskRequest,
 )
+from relaykit._state import ACTIVE, apply
 from relaykit._types import AuthenticationInfo, Message, Part, SendMessageResponse, Task, TaskPushNotificationConfig
 from relaykit._v03 import is_v03
 from relaykit.client._auth import Interceptor, TraceContext
@@ -432,22 +435,64 @@ class Client:
     async def ask(self, text: str | Message, *, context_id: str | None = None, task_id: str | None = None) -> str:
         """Send ``text`` and return the answer's text, following a multi-turn task to its end.
 
-        INPUT_REQUIRED is answered by ``on_input_required(task)`` (sync or async, bounded by ``input_timeout``);
-        FAILED, REJECTED and unanswered AUTH_REQUIRED / INPUT_REQUIRED raise the matching ``A2ATask…Error``.
+        A task the reply leaves SUBMITTED or WORKING (a server's send timeout passed first) is followed to its next
+        stop: subscribed to when the card says the agent streams, else polled with GetTask (backing off as
+        ``resume`` says, up to its ``max_backoff``). INPUT_REQUIRED is answered by ``on_input_required(task)`` (sync
+        or async, bounded by ``input_timeout``), at most ``max_turns`` times; FAILED, REJECTED and unanswered
+        AUTH_REQUIRED / INPUT_REQUIRED raise the matching ``A2ATask…Error``.
         """
         result = await self.send(text, context_id=context_id, task_id=task_id)
-        for _ in range(self.max_turns):
+        answers = 0
+        while True:
             if isinstance(result, Message):
                 return result.text
-            state = result.status.state
-            if state is TaskState.INPUT_REQUIRED and self.on_input_required is not None:
-                answer = await self._answer(result)
-                result = await self.send(answer, task_id=result.id, context_id=result.context_id)
+            task = await self._settle(result)
+            if task.status.state is TaskState.INPUT_REQUIRED and self.on_input_required is not None:
+                # ``max_turns`` counts the answers given: the reply to the last one is still looked at.
+                if answers >= self.max_turns:
+                    raise A2ATaskInputRequiredError(task, f"no final answer after {self.max_turns} turns")
+                answers += 1
+                answer = await self._answer(task)
+                result = await self.send(answer, task_id=task.id, context_id=task.context_id)
                 continue
-            return _outcome_text(result)
-        raise A2ATaskInputRequiredError(
-            result if isinstance(result, Task) else _never(), f"no final answer after {self.max_turns} turns"
-        )
+            return _outcome_text(task)
+
+    async def _settle(self, task: Task) -> Task:
+        """``task`` at its next stop (terminal or interrupted): a blocking SendMessage may answer before that (a
+        server's send timeout), and that reply is not the answer."""
+        if task.status.state not in ACTIVE:
+            return task
+        capabilities = self.card.capabilities if self.card is not None else None
+        if capabilities is not None and capabilities.streaming:
+            try:
+                task = await self._watch(task)
+            except (UnsupportedOperationError, InvalidParamsError) as exc:
+                # A task that ended meanwhile takes no subscription (0.3 servers say InvalidParams): read it.
+                if isinstance(exc, InvalidParamsError) and not getattr(self._transport, "v03", False):
+                    raise
+                task = await self.get_task(task.id)
+        polls = 0
+        while task.status.state in ACTIVE:
+            # The count stops growing once the backoff has reached its cap (2**n of a long task's poll count would
+            # overflow a float).
+            polls = min(polls + 1, 32)
+            await asyncio.sleep(self.resume.delay(polls))
+            task = await self.get_task(task.id)
+        return task
+
+    async def _watch(self, task: Task) -> Task:
+        """Follow ``task`` by SubscribeToTask (resumed like any stream) until it is terminal or interrupted."""
+        source = self._stream("SubscribeToTask", SubscribeToTaskRequest(id=task.id))
+        events = resume_stream(self, source, stop_at_interrupt=True, task_id=task.id)
+        try:
+            async for event in events:
+                if isinstance(event, Task):
+                    task = event
+                elif not isinstance(event, Message):  # a message is not a task event: nothing to fold
+                    task = apply(task, event)
+        finally:
+            await aclose_stream(events)
+        return task
 
     async def _answer(self, task: Task) -> Message | str:
         assert self.on_input_required is not None
@@ -473,7 +518,3 @@ def _outcome_text(task: Task) -> str:
     if texts:
         return "\n".join(texts)
     return task.status.message.text if task.status.message is not None else ""
-
-
-def _never() -> Task:
-    raise AssertionError("unreachable")

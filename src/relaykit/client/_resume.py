@@ -2,8 +2,9 @@
 
 On a network error, a retryable status, or a stream that ends before the task is final, the client re-subscribes to
 the same task with ``Last-Event-ID`` (bounded by ``ResumePolicy.attempts``, its backoff between attempts, reset by
-every event received); ``StreamView`` (``_stream_view``) de-duplicates what a resumed stream repeats. Attempts
-exhausted ⇒ ``A2AReconnectError(attempts=N)``. A task that ended while the stream was down is fetched instead.
+every event new to the application, not by a snapshot that repeats what it has seen); ``StreamView``
+(``_stream_view``) de-duplicates what a resumed stream repeats. Attempts exhausted ⇒ ``A2AReconnectError(attempts=N)``.
+A task that ended while the stream was down is fetched instead.
 """
 
 from __future__ import annotations
@@ -51,8 +52,13 @@ async def resume_stream(
                 async for event_id, response in source:
                     if event_id:
                         view.last_event_id = event_id
-                    attempts = 0
-                    for event in view.accept(response, event_id):
+                    events = view.accept(response, event_id)
+                    if events:
+                        # Progress resets the attempts; what the application has seen already does not: a
+                        # resubscription always opens with a snapshot, and a server that sends only that and closes
+                        # (allowed at an interrupted state) would otherwise be resubscribed to forever.
+                        attempts = 0
+                    for event in events:
                         yield event
                     if view.finished(stop_at_interrupt):
                         return

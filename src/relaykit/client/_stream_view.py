@@ -94,13 +94,15 @@ class StreamView:
             return [*out, event]
         if isinstance(event, TaskArtifactUpdateEvent):
             return [*out, *self._artifact(event)]
-        self.state = event.status.state
-        self.stale_interrupt = False
-        message = event.status.message
+        state, message = event.status.state, event.status.message
         if message is not None:
-            if message.message_id in self.seen_messages:
-                return out  # the same status again (a replay)
+            if message.message_id in self.seen_messages and state is self.state:
+                # The same status again (a replay). A known message with a new state is not one: an agent may reuse
+                # its message for WORKING then COMPLETED, or the snapshot's history may already hold it.
+                return out
             self.seen_messages.add(message.message_id)
+        self.state = state
+        self.stale_interrupt = False
         return [*out, event]
 
     def _maybe_repeat(self, event: Event) -> bool:
@@ -171,6 +173,9 @@ class StreamView:
                 added[artifact.artifact_id] = list(artifact.parts)
             for message in task.history:
                 self.seen_messages.add(message.message_id)
+            if task.status.message is not None:
+                # Shown with this Task even when its history leaves it out: a later snapshot repeating it is no news.
+                self.seen_messages.add(task.status.message.message_id)
             out: list[Event] = [task]
         else:
             # A snapshot on resume: turn it into exactly what the application has not seen yet.
