@@ -21,7 +21,7 @@
     ├── ResourceExhaustedError            -32000  429  RESOURCE_EXHAUSTED   RESOURCE_EXHAUSTED
     ├── ServiceUnavailableError           -32000  503  UNAVAILABLE          UNAVAILABLE
     └── client side: A2AClientError
-        ├── A2AConnectionError, A2ATimeoutError, A2AReconnectError, A2AInvalidCardError
+        ├── A2AConnectionError, A2ATimeoutError, A2AReconnectError, A2AInvalidCardError, A2AResponseTooLargeError
         └── A2ATaskOutcomeError (carries the final Task)
             ├── A2ATaskFailedError, A2ATaskRejectedError
             └── A2ATaskAuthRequiredError, A2ATaskInputRequiredError (interrupted, and nothing answered)
@@ -29,6 +29,7 @@
 The A2A rows are spec v1.0.1 §5.4 (digest §6.1); the standard JSON-RPC rows follow a2a-sdk's REST/gRPC mapping
 (digest §6.2). The spec reserves no JSON-RPC code for the generic categories (auth, overload, outage), so they use the
 JSON-RPC "server error" code -32000 and are told apart by ``ErrorInfo.reason``, which is what clients should read.
+A decoded error whose reason and code the table does not know is an ``InternalError`` that keeps the wire's ``code``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "A2AError",
     "A2AInvalidCardError",
     "A2AReconnectError",
+    "A2AResponseTooLargeError",
     "A2ATaskAuthRequiredError",
     "A2ATaskFailedError",
     "A2ATaskInputRequiredError",
@@ -283,7 +285,11 @@ class InvalidParamsError(A2AError):
 
 
 class InternalError(A2AError):
-    """An unexpected server failure (details are logged, never sent)."""
+    """An unexpected server failure (details are logged, never sent).
+
+    Decoded by a client, it also stands for an error whose reason and code the table does not know (a -32000 "Server
+    error" without an ErrorInfo, a vendor's -32050): that instance's ``code`` is the code the server sent.
+    """
 
 
 class AuthenticationRequiredError(A2AError):
@@ -356,6 +362,13 @@ class A2AInvalidCardError(A2AClientError):
     default_message = "Invalid agent card"
 
 
+class A2AResponseTooLargeError(A2AClientError):
+    """The agent sent more than the client accepts (``Client(max_response_bytes=…)``) in one response body, agent
+    card or stream event; the client stopped reading and closed the connection."""
+
+    default_message = "The agent's response is too large"
+
+
 class A2ATaskOutcomeError(A2AClientError):
     """A task ended in a state the caller treats as failure; ``task`` is the final Task."""
 
@@ -412,6 +425,9 @@ _BY_HTTP: dict[int, type[A2AError]] = {}
 for _cls in _SERVER_ERRORS:
     _BY_REASON.setdefault(_cls.reason, _cls)
     _BY_CODE.setdefault(_cls.code, _cls)
+# -32000 is JSON-RPC's generic "server error": four classes share it and only their reason tells them apart, so the
+# code alone names none of them (it used to name AuthenticationRequiredError: a "busy" read as an auth failure).
+del _BY_CODE[-32000]
 _BY_REASON["INVALID_REQUEST"] = InvalidRequestError
 _BY_HTTP.update(
     {
@@ -444,12 +460,21 @@ def _build(cls: type[A2AError], message: Any, meta: dict[str, str], details: Any
 
 
 def error_from_jsonrpc(error: dict[str, Any]) -> A2AError:
-    """Turn a JSON-RPC ``error`` object into the matching ``A2AError`` subclass."""
+    """Turn a JSON-RPC ``error`` object into the matching ``A2AError`` subclass; one the table does not know is an
+    ``InternalError`` with the wire's code and message."""
     reason, meta = _reason_of(error.get("data"))
     code = error.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        code = None
     cls = _BY_REASON.get(reason or "") if reason else None
-    if cls is None or (isinstance(code, int) and cls.code != code and code in _BY_CODE):
-        cls = _BY_CODE.get(code, InternalError) if isinstance(code, int) else InternalError
+    if cls is None or (code is not None and cls.code != code and code in _BY_CODE):
+        cls = _BY_CODE.get(code) if code is not None else None
+    if cls is None:
+        err = _build(InternalError, error.get("message"), meta, error.get("data"))
+        if code is not None:
+            # This error's own code (a ClassVar elsewhere): a caller, or a proxy passing it on, sees what was sent.
+            err.code = code  # type: ignore[misc]
+        return err
     return _build(cls, error.get("message"), meta, error.get("data"))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -319,6 +320,17 @@ def test_connection_refused_exits_3_in_process(
 ) -> None:
     assert main([unused_url if a == "URL" else a for a in args]) == 3
     assert "cannot fetch the agent card" in capsys.readouterr().err
+
+
+def test_a_malformed_token_is_not_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    """httpx refuses a header value with a newline with an error quoting it (``Illegal header value b'Bearer …'``);
+    that text used to be the error line the CLI printed, credential included."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # listening: the request gets as far as being encoded
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        assert main(["get", url, "TASK", "--token", "s3cret\n"]) == 3
+    err = capsys.readouterr().err
+    assert "s3cret" not in err
+    assert "cannot fetch the agent card" in err
 
 
 @pytest.mark.parametrize("args", [(), ("send", "http://127.0.0.1:1"), ("list", "http://127.0.0.1:1", "--state", "x")])

@@ -271,14 +271,22 @@ class MiniHTTP:
             await writer.drain()
             return
         head.append("transfer-encoding: chunked")
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-        await writer.drain()
-        async for chunk in response.body:
-            if chunk:
-                writer.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-                await writer.drain()
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
+        body = response.body
+        try:
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+            await writer.drain()
+            async for chunk in body:
+                if chunk:
+                    writer.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                    await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        finally:
+            # A body cut short (the client went away) is closed now, so its ``finally`` runs at once, not whenever
+            # the garbage collector gets to it.
+            aclose = getattr(body, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
 
 _HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -23,7 +23,7 @@ import pytest
 from support.servers import ServerProcess, free_port
 
 from client._net import MiniHTTP, Request, Response, forward_to
-from relaykit import Task
+from relaykit import Task, TaskState
 from relaykit._methods import Operation, Route
 from relaykit.client import Client, ResumePolicy, RetryPolicy
 from relaykit.errors import (
@@ -51,7 +51,7 @@ from relaykit.errors import (
     UnsupportedOperationError,
     VersionNotSupportedError,
 )
-from relaykit.types import AgentCard, GetTaskRequest, TaskPushNotificationConfig
+from relaykit.types import AgentCard, GetTaskRequest, TaskPushNotificationConfig, TaskStatusUpdateEvent
 
 T = 20.0
 NO_RETRY = RetryPolicy(attempts=1)
@@ -113,11 +113,19 @@ async def test_error_table(raising_server: ServerProcess, binding: str, cls: typ
                 async for event in client.stream(f"raise-mid-{cls.__name__}"):
                     first_events.append(event)
 
+        if cls is ServiceUnavailableError and path == "mid-stream":
+            # An UNAVAILABLE error event is a drop like any other: the stream is resumed (SubscribeToTask) and ends
+            # with the task's end. It used to end the stream with the error on JSON-RPC and REST (gRPC resumed it).
+            await provoke()
+            states = [e.status.state for e in first_events if isinstance(e, Task | TaskStatusUpdateEvent)]
+            assert states[-1] is TaskState.COMPLETED, first_events
+            return
         with pytest.raises(A2AError) as info:
             await provoke()
     error = info.value
-    if cls is ServiceUnavailableError and binding == "HTTP+JSON" and path == "stream-start":
-        # HTTP 503 before a stream is retryable: the client re-subscribes, then gives up with the 503 as the cause.
+    if cls is ServiceUnavailableError and path == "stream-start":
+        # UNAVAILABLE before a stream is retryable on every binding (it used to be on REST's 503 alone): the client
+        # re-subscribes, then gives up with the server's error as the cause.
         assert type(error) is A2AReconnectError
         assert type(error.__cause__) is ServiceUnavailableError
         return
@@ -322,17 +330,23 @@ async def test_timeouts(kitchen_server: ServerProcess, binding: str, stall: Mini
 
 
 class Flaky:
-    """A MiniHTTP front for a real server: the first ``failures`` requests get ``status``, the rest are forwarded."""
+    """A MiniHTTP front for a real server: the first ``failures`` requests get ``status`` (a proxy's text page) or
+    what ``answer`` makes of them, the rest are forwarded."""
 
-    def __init__(self, upstream: str, status: int, failures: int) -> None:
+    def __init__(
+        self, upstream: str, status: int, failures: int, answer: Callable[[Request], Response] | None = None
+    ) -> None:
         self.status = status
         self.failures = failures
+        self.answer = answer
         self.http = httpx.AsyncClient(timeout=10.0)
         self.forward = forward_to(upstream, self.http)
         self.server = MiniHTTP(self.handle)
 
     async def handle(self, request: Request) -> Response:
         if len(self.server.requests) <= self.failures:
+            if self.answer is not None:
+                return self.answer(request)
             return Response(self.status, [("content-type", "text/plain")], b"upstream unavailable")
         return await self.forward(request)
 
@@ -342,9 +356,14 @@ class Flaky:
 
 
 async def _flaky_client(
-    kitchen: ServerProcess, binding: str, status: int, failures: int, retry: RetryPolicy
+    kitchen: ServerProcess,
+    binding: str,
+    status: int,
+    failures: int,
+    retry: RetryPolicy,
+    answer: Callable[[Request], Response] | None = None,
 ) -> tuple[Flaky, Client]:
-    flaky = Flaky(kitchen.url, status, failures)
+    flaky = Flaky(kitchen.url, status, failures, answer)
     await flaky.server.start()
     async with _client(kitchen, binding) as live:
         card = _card_at(live, kitchen.url, flaky.server.url)
@@ -363,6 +382,57 @@ async def test_idempotent_calls_are_retried(kitchen_server: ServerProcess, bindi
             got = await client.get_task(task.id)
             assert got.id == task.id
             assert len(flaky.server.requests) == 3  # two failures, then the forwarded answer
+        finally:
+            await client.aclose()
+            await flaky.aclose()
+
+
+def _a2a_error(binding: str, error: A2AError, status: int) -> Callable[[Request], Response]:
+    """``error`` as a server sends it: JSON-RPC's envelope (with HTTP ``status``), REST's google.rpc.Status."""
+
+    def answer(request: Request) -> Response:
+        if binding == "JSONRPC":
+            body = {"jsonrpc": "2.0", "id": json.loads(request.body)["id"], "error": error.to_jsonrpc()}
+        else:
+            body = error.to_status()
+        return Response(status, [("content-type", "application/json")], json.dumps(body).encode())
+
+    return answer
+
+
+async def test_server_unavailable_is_retried(kitchen_server: ServerProcess, binding: str) -> None:
+    """What relaykit answers while it drains or its store is down: JSON-RPC -32000 UNAVAILABLE with HTTP 200 (it used
+    to be given up at once, though REST's 503 and gRPC's UNAVAILABLE were retried), REST 503 with its ErrorInfo."""
+    status = 200 if binding == "JSONRPC" else 503
+    unavailable = _a2a_error(binding, ServiceUnavailableError("the server is shutting down"), status)
+    async with asyncio.timeout(T), _client(kitchen_server, binding) as direct:
+        task = await direct.send("retry me")
+        assert isinstance(task, Task)
+        retry = RetryPolicy(attempts=3, backoff=0.01)
+        flaky, client = await _flaky_client(kitchen_server, binding, 0, 2, retry, unavailable)
+        try:
+            got = await client.get_task(task.id)
+            assert got.id == task.id
+            assert len(flaky.server.requests) == 3
+        finally:
+            await client.aclose()
+            await flaky.aclose()
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+async def test_typed_error_behind_a_gateway_status_is_kept(
+    kitchen_server: ServerProcess, binding: str, status: int
+) -> None:
+    """Digest §9 #2: classify by ErrorInfo.reason, not by the HTTP code (v1.0.0 servers send InvalidAgentResponse
+    as 502). The typed error used to be replaced by a retryable ServiceUnavailableError, and retried."""
+    wrong = _a2a_error(binding, InvalidAgentResponseError("the agent's output broke the protocol"), status)
+    async with asyncio.timeout(T):
+        retry = RetryPolicy(attempts=3, backoff=0.01)
+        flaky, client = await _flaky_client(kitchen_server, binding, status, 100, retry, wrong)
+        try:
+            with pytest.raises(InvalidAgentResponseError, match="broke the protocol"):
+                await client.get_task("t-1")
+            assert len(flaky.server.requests) == 1
         finally:
             await client.aclose()
             await flaky.aclose()
@@ -411,3 +481,39 @@ async def test_send_retried_when_asked(kitchen_server: ServerProcess, binding: s
         finally:
             await client.aclose()
             await flaky.aclose()
+
+
+async def test_cancel_whose_answer_was_lost(kitchen_server: ServerProcess, binding: str) -> None:
+    """The first CancelTask cancels the task but its answer is lost (the connection drops): the retry is refused
+    with TaskNotCancelable (the task is CANCELED now), which used to reach the caller as an error for a cancel that
+    worked. The client now returns the canceled task."""
+    async with asyncio.timeout(T), _client(kitchen_server, binding) as direct:
+        working = await direct.send("slow 50", return_immediately=True)
+        assert isinstance(working, Task)
+        http = httpx.AsyncClient(timeout=10.0)
+        forward = forward_to(kitchen_server.url, http)
+        lost: list[Request] = []
+
+        async def handle(request: Request) -> Response:
+            answer = await forward(request)
+            is_cancel = request.path.endswith(":cancel") or b'"CancelTask"' in request.body
+            if is_cancel and not lost:
+                lost.append(request)
+                assert not isinstance(answer.body, bytes)
+                async for _ in answer.body:  # the server did cancel; its answer never reaches the client
+                    pass
+                raise ConnectionResetError("the answer is lost")
+            return answer
+
+        front = await MiniHTTP(handle).start()
+        client = Client(card=_card_at(direct, kitchen_server.url, front.url), transports=[binding])
+        try:
+            await client.connect()
+            canceled = await client.cancel(working.id)
+            assert canceled.id == working.id
+            assert canceled.status.state is TaskState.CANCELED
+            assert len(lost) == 1
+        finally:
+            await client.aclose()
+            await front.aclose()
+            await http.aclose()

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from grpc_test_agents import Interop
 
-from relaykit._card import AgentCapabilities, AgentCard, AgentExtension
+from relaykit._card import AgentCapabilities, AgentCard, AgentExtension, AgentInterface
 from relaykit._enums import TaskState
 from relaykit._errors import (
     A2AConnectionError,
+    A2AError,
     A2ATimeoutError,
     ExtensionSupportRequiredError,
     TaskNotFoundError,
@@ -21,7 +22,7 @@ from relaykit._errors import (
 from relaykit._methods import OPERATIONS_BY_NAME
 from relaykit._requests import GetTaskRequest, SendMessageRequest, SubscribeToTaskRequest
 from relaykit._types import Message, Task
-from relaykit.client import Client
+from relaykit.client import BearerAuth, Client, RetryPolicy
 from relaykit.client._grpc import GrpcTransport
 
 TIMEOUT = 20.0
@@ -122,3 +123,55 @@ async def test_unreachable_and_deadline(grpc_agent: Callable[..., Any]) -> None:
             )
     finally:
         await impatient.aclose()
+
+
+@pytest.mark.parametrize(
+    ("card_url", "interface", "tls"),
+    [
+        ("HTTPS://127.0.0.1:1", "127.0.0.1:{port}", True),  # a card over HTTPS (scheme in capitals) gives TLS
+        ("http://127.0.0.1:1", "grpcs://127.0.0.1:{port}", True),  # the interface's scheme decides
+        ("https://127.0.0.1:1", "grpc://127.0.0.1:{port}", False),
+    ],
+    ids=["https-card", "grpcs-interface", "grpc-interface"],
+)
+async def test_tls_is_decided_by_the_interface_then_the_card(card_url: str, interface: str, tls: bool) -> None:
+    """What the client's first bytes are: a TLS handshake record (0x16) or HTTP/2's plaintext preface. A card URL
+    spelled ``HTTPS://`` used to give a plaintext channel, the bearer token in clear; an explicit ``grpc://``
+    interface got TLS when the card came over HTTPS (and could not connect)."""
+    first: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        data = await reader.read(64)
+        if not first.done():
+            first.set_result(data)
+        writer.transport.abort()
+
+    async with asyncio.timeout(TIMEOUT):
+        listener = await asyncio.start_server(accept, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        grpc_interface = AgentInterface(
+            protocol_binding="GRPC", url=interface.format(port=port), protocol_version="1.0"
+        )
+        card = AgentCard(
+            name="tls", description="a gRPC interface", version="1.0.0", supported_interfaces=[grpc_interface]
+        )
+        client = Client(
+            card_url,
+            card=card,
+            transports=["GRPC"],
+            interceptors=[BearerAuth("s3cret")],
+            timeout=5.0,
+            retry=RetryPolicy(attempts=1),
+        )
+        try:
+            async with client:
+                with pytest.raises(A2AError):
+                    await client.get_task("t-1")
+            sent = await first
+        finally:
+            listener.close()
+            await listener.wait_closed()
+    if tls:
+        assert sent[:1] == b"\x16", sent
+    else:
+        assert sent.startswith(b"PRI * HTTP/2.0"), sent

@@ -1,7 +1,8 @@
 """Agent Card discovery and transport negotiation (digest §1, §4.5, §7.5).
 
 * ``CardResolver`` fetches ``/.well-known/agent-card.json``, keeps it for its ``Cache-Control: max-age`` and
-  revalidates with ``If-None-Match`` (a 304 keeps the cached card).
+  revalidates with ``If-None-Match`` (a 304 keeps the cached card); a card over ``max_bytes`` is refused
+  (``A2AResponseTooLargeError``) without being read whole.
 * ``verify_card`` / ``sign_card`` (from ``relaykit._jws``, shared with the server's ``--card-key``) check and make a
   card's detached JWS signatures (RFC 7515, payload canonicalised per RFC 8785), with the algorithms pinned.
 * ``choose_interface`` filters and orders the card's ``supportedInterfaces``: A2A 1.0 before 0.3, then the client's
@@ -27,6 +28,7 @@ from relaykit._card import AgentCard, AgentInterface
 from relaykit._errors import A2AConnectionError, A2AInvalidCardError, A2ATimeoutError
 from relaykit._jws import canonical_card, sign_card, verify_card
 from relaykit._v03 import card_in, is_v03
+from relaykit.client._transport import MAX_RESPONSE_BYTES, describe, read_body
 
 __all__ = [
     "CARD_PATH",
@@ -74,10 +76,17 @@ class _Cached:
 class CardResolver:
     """Fetches and caches agent cards (RFC 9111 freshness + ETag revalidation)."""
 
-    def __init__(self, http: httpx.AsyncClient, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
         self.http = http
         # Freshness is judged by this clock (monotonic seconds); tests pass their own to step past max-age.
         self.clock = clock
+        self.max_bytes = max_bytes
         self._cache: dict[str, _Cached] = {}
 
     async def get(self, url: str, *, headers: dict[str, str] | None = None) -> AgentCard:
@@ -90,18 +99,20 @@ class CardResolver:
         if cached is not None and cached.etag:
             request_headers["If-None-Match"] = cached.etag
         try:
-            response = await self.http.get(target, headers=request_headers)
+            async with self.http.stream("GET", target, headers=request_headers) as response:
+                content = await read_body(response, self.max_bytes, target) if response.status_code == 200 else b""
         except httpx.TimeoutException as exc:
             raise A2ATimeoutError(f"{target} did not answer in time") from exc
         except httpx.HTTPError as exc:
-            raise A2AConnectionError(f"cannot fetch the agent card at {target}: {exc}") from exc
+            # ``describe``: never the text of a local protocol error, which quotes the offending header's value.
+            raise A2AConnectionError(f"cannot fetch the agent card at {target}: {describe(exc)}") from None
         max_age = _max_age(response.headers.get("cache-control", ""))
         if response.status_code == 304 and cached is not None:
             cached.expires = self.clock() + max_age
             return cached.card
         if response.status_code != 200:
             raise A2AInvalidCardError(f"{target} answered HTTP {response.status_code}, not an agent card")
-        card = parse_card(response.content, target)
+        card = parse_card(content, target)
         self._cache[target] = _Cached(card, response.headers.get("etag"), self.clock() + max_age)
         return card
 

@@ -38,6 +38,7 @@ from relaykit._errors import (
     A2ATaskInputRequiredError,
     A2ATaskRejectedError,
     InvalidParamsError,
+    TaskNotCancelableError,
     UnsupportedOperationError,
 )
 from relaykit._methods import OPERATIONS_BY_NAME, Operation
@@ -64,12 +65,20 @@ from relaykit.client._policies import ResumePolicy, RetryPolicy, retryable
 from relaykit.client._resume import aclose_stream, resume_stream
 from relaykit.client._stream_view import Event
 from relaykit.client._tls import tls_verify
-from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport, StreamEvent
+from relaykit.client._transport import (
+    MAX_RESPONSE_BYTES,
+    ClientTransport,
+    JSONRPCTransport,
+    RESTTransport,
+    StreamEvent,
+)
 from relaykit.telemetry import client_span, client_tracer, span_current, start_client_span
 
 __all__ = ["Client", "ResumePolicy", "RetryPolicy"]
 
 InputHandler = Callable[[Task], Awaitable[Message | str] | Message | str]
+# Consulted when a retried call fails: a result that stands for the call's success, or None (the error stands).
+_Recovery = Callable[[A2AError], Awaitable[Any]]
 
 
 # The default policies: frozen, so every client may share one instance of each.
@@ -89,6 +98,10 @@ class Client:
 
     TLS: ``ca_certs`` (a PEM bundle to trust instead of the system's) and ``client_cert`` (``(certfile, keyfile)``,
     or one PEM file with both, for mutual TLS) apply to every binding: HTTP and gRPC alike.
+
+    ``max_response_bytes`` (16 MiB) bounds what the agent may send in one response body, agent card or stream event
+    over HTTP; more raises ``A2AResponseTooLargeError`` and closes the connection. (gRPC messages have the channel's
+    own receive limit.)
     """
 
     def __init__(
@@ -114,6 +127,7 @@ class Client:
         tracer_provider: Any = None,
         ca_certs: str | None = None,
         client_cert: str | tuple[str, str] | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         if url is None and card is None and transport is None:
             raise ValueError("give the agent's base URL, its card, or a transport")
@@ -145,6 +159,7 @@ class Client:
         )
         self._stream_timeout = httpx.Timeout(stream_timeout, connect=connect_timeout)
         self._timeout = timeout
+        self.max_response_bytes = max_response_bytes
         self._transport = transport
         # OpenTelemetry: a CLIENT span per call, its context injected, when an SDK is set up (or a provider given);
         # None otherwise, and then the calls pay nothing for it.
@@ -167,7 +182,8 @@ class Client:
             return
         if self.card is None:
             assert self.url is not None
-            self.card = await CardResolver(self._http).get(self.url, headers=self.headers)
+            resolver = CardResolver(self._http, max_bytes=self.max_response_bytes)
+            self.card = await resolver.get(self.url, headers=self.headers)
         self.interface = choose_interface(self.card, self.preferences, self.protocol_version)
         self._transport = self._make_transport(self.interface)
 
@@ -176,19 +192,20 @@ class Client:
         legacy = is_v03(interface.protocol_version)  # an A2A 0.3 interface: the same transports, via the codec
         # Bug fix: ``stream_timeout`` was computed and never used, so streams got the unary ``timeout`` as their read
         # timeout and a quiet long-running task (no event for ``timeout`` seconds) broke its stream.
+        http_options: dict[str, Any] = {
+            "tenant": interface.tenant,
+            "stream_timeout": self._stream_timeout,
+            "v03": legacy,
+            "max_response_bytes": self.max_response_bytes,
+        }
         if binding == "JSONRPC":
-            return JSONRPCTransport(
-                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout, v03=legacy
-            )
+            return JSONRPCTransport(interface.url, self._http, **http_options)
         if binding == "HTTP+JSON":
-            return RESTTransport(
-                interface.url, self._http, tenant=interface.tenant, stream_timeout=self._stream_timeout, v03=legacy
-            )
+            return RESTTransport(interface.url, self._http, **http_options)
         if binding == "GRPC" and grpc_available():
             module = importlib.import_module("relaykit.client._grpc")
-            # A gRPC interface is a bare host:port: TLS when the client was given TLS material or found the card
-            # over HTTPS (an agent serving HTTPS serves its gRPC port with the same certificate).
-            secure = self.ca_certs is not None or self.client_cert is not None or (self.url or "").startswith("https:")
+            tls_material = self.ca_certs is not None or self.client_cert is not None
+            secure = _grpc_tls(interface.url, self.url, tls_material=tls_material)
             transport: ClientTransport = module.GrpcTransport(
                 interface.url,
                 credentials=module.channel_credentials(self.ca_certs, self.client_cert) if secure else None,
@@ -222,23 +239,32 @@ class Client:
 
     # --- plumbing ----------------------------------------------------------------------------------------
 
-    async def _call(self, name: str, request: A2AModel, *, idempotent: bool = True) -> Any:
+    async def _call(
+        self, name: str, request: A2AModel, *, idempotent: bool = True, after_retry: _Recovery | None = None
+    ) -> Any:
         op = OPERATIONS_BY_NAME[name]
         if self._tracer is not None:
             with client_span(self._tracer, name, self._binding()):
-                return await self._attempts(op, name, request, idempotent)
-        return await self._attempts(op, name, request, idempotent)
+                return await self._attempts(op, name, request, idempotent, after_retry)
+        return await self._attempts(op, name, request, idempotent, after_retry)
 
     def _binding(self) -> str:
         interface = self.interface
         return interface.protocol_binding.lower() if interface is not None else "custom"
 
-    async def _attempts(self, op: Operation, name: str, request: A2AModel, idempotent: bool) -> Any:
+    async def _attempts(
+        self, op: Operation, name: str, request: A2AModel, idempotent: bool, after_retry: _Recovery | None
+    ) -> Any:
         attempt = 0
         while True:
             try:
                 return await self.transport.call(op, request, headers=await self._headers(name))
             except A2AError as exc:
+                if attempt and after_retry is not None:
+                    # A retry's error may be the earlier attempt's success seen again (its answer was lost).
+                    recovered = await after_retry(exc)
+                    if recovered is not None:
+                        return recovered
                 attempt += 1
                 if not (idempotent and retryable(exc)) or attempt >= self.retry.attempts:
                     raise
@@ -354,8 +380,10 @@ class Client:
         include_artifacts: bool | None = None,
         page_token: str = "",
     ) -> AsyncIterator[ListTasksResponse]:
-        """ListTasks, one page at a time, following ``nextPageToken`` to the end (from ``page_token``, if given)."""
+        """ListTasks, one page at a time, following ``nextPageToken`` to the end (from ``page_token``, if given); a
+        token the server already gave ends the listing (a broken server repeating one would page for ever)."""
         token = page_token
+        seen = {token}
         while True:
             request = ListTasksRequest(
                 context_id=context_id,
@@ -368,8 +396,9 @@ class Client:
             page: ListTasksResponse = await self._call("ListTasks", request)
             yield page
             token = page.next_page_token
-            if not token:
+            if not token or token in seen:
                 return
+            seen.add(token)
 
     async def list_tasks(self, **filters: Any) -> AsyncIterator[Task]:
         """ListTasks as one iterator of tasks (filters as in ``list_task_pages``)."""
@@ -378,8 +407,22 @@ class Client:
                 yield task
 
     async def cancel(self, task_id: str, *, metadata: dict[str, Any] | None = None) -> Task:
-        """CancelTask."""
-        task: Task = await self._call("CancelTask", CancelTaskRequest(id=task_id, metadata=metadata))
+        """CancelTask (retried like the other idempotent calls; a retry refused because the task is already CANCELED
+        returns that task: the earlier attempt canceled it and only its answer was lost)."""
+
+        async def canceled_meanwhile(exc: A2AError) -> Task | None:
+            if not isinstance(exc, TaskNotCancelableError):
+                return None
+            # Digest §9 #16: a repeated cancel of a canceled task is TaskNotCancelable. Only a CANCELED task is taken
+            # as our success: one that COMPLETED or FAILED meanwhile was not canceled, and the error stands.
+            try:
+                task = await self.get_task(task_id)
+            except A2AError:
+                return None
+            return task if task.status.state is TaskState.CANCELED else None
+
+        request = CancelTaskRequest(id=task_id, metadata=metadata)
+        task: Task = await self._call("CancelTask", request, after_retry=canceled_meanwhile)
         return task
 
     async def create_push_config(
@@ -407,16 +450,19 @@ class Client:
         return config
 
     async def list_push_configs(self, task_id: str) -> list[TaskPushNotificationConfig]:
-        """ListTaskPushNotificationConfigs (all pages)."""
+        """ListTaskPushNotificationConfigs (all pages; a token the server already gave ends the listing, so a broken
+        server repeating one cannot keep the client paging for ever)."""
         configs: list[TaskPushNotificationConfig] = []
         token = ""
+        seen = {token}
         while True:
             request = ListTaskPushNotificationConfigsRequest(task_id=task_id, page_token=token)
             page = await self._call("ListTaskPushNotificationConfigs", request)
             configs.extend(page.configs)
             token = page.next_page_token
-            if not token:
+            if not token or token in seen:
                 return configs
+            seen.add(token)
 
     async def delete_push_config(self, task_id: str, config_id: str) -> None:
         """DeleteTaskPushNotificationConfig (idempotent)."""
@@ -502,6 +548,20 @@ class Client:
                 return await asyncio.wait_for(value, self.input_timeout)
             return await value
         return value
+
+
+def _grpc_tls(interface_url: str, card_url: str | None, *, tls_material: bool) -> bool:
+    """Whether the gRPC channel to ``interface_url`` uses TLS.
+
+    The interface's own scheme decides when it has one (``grpcs://`` / ``https://``: TLS; ``grpc://`` / ``http://``:
+    plaintext). The spec's bare ``host:port`` gets TLS when the client was given TLS material or found the card over
+    HTTPS (an agent serving HTTPS serves its gRPC port with the same certificate). Schemes are case-insensitive: a
+    card URL spelled ``HTTPS://`` used to give a plaintext channel, credentials included.
+    """
+    scheme, sep, _ = interface_url.partition("://")
+    if sep:
+        return scheme.lower() in ("grpcs", "https")
+    return tls_material or (card_url or "").lower().startswith("https://")
 
 
 def _outcome_text(task: Task) -> str:

@@ -31,7 +31,6 @@ from relaykit._errors import (
     A2AError,
     A2ATimeoutError,
     InvalidAgentResponseError,
-    ServiceUnavailableError,
     UnsupportedOperationError,
     error_from_grpc,
 )
@@ -57,8 +56,9 @@ def _stream_v03(data: bytes) -> StreamResponse:
 
 
 def _target(url: str) -> tuple[str, bool]:
+    lowered = url.lower()  # schemes are case-insensitive (RFC 3986 §3.1)
     for scheme, secure in (("grpcs://", True), ("grpc://", False), ("https://", True), ("http://", False)):
-        if url.startswith(scheme):
+        if lowered.startswith(scheme):
             return url[len(scheme) :].rstrip("/"), secure
     return url.rstrip("/"), False
 
@@ -111,10 +111,7 @@ def grpc_error(exc: grpc.aio.AioRpcError, target: str, op03: str | None = None) 
             return A2ATimeoutError(f"{target} did not answer in time")
         if op03 is not None and (meant := grpc03.error_in(op03, name, message)) is not None:
             return meant
-    err = error_from_grpc(name, message, details)
-    if isinstance(err, ServiceUnavailableError):
-        err.retryable = True  # type: ignore[attr-defined]
-    return err
+    return error_from_grpc(name, message, details)  # UNAVAILABLE is retried by the client's policy (``retryable``)
 
 
 def channel_credentials(

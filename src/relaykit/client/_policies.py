@@ -16,7 +16,7 @@ __all__ = ["ResumePolicy", "RetryPolicy", "retryable"]
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Retries of idempotent operations on connection errors and 502/503/504."""
+    """Retries of idempotent operations on connection errors, timeouts and unavailability (``retryable``)."""
 
     attempts: int = 3
     backoff: float = 0.2
@@ -42,7 +42,13 @@ class ResumePolicy:
 
 
 def retryable(exc: BaseException) -> bool:
-    """Whether ``exc`` may go away on another attempt: a lost connection, a timeout, a retryable 502/503/504."""
+    """Whether ``exc`` may go away on another attempt: a lost connection, a timeout, an unavailable service.
+
+    ``ServiceUnavailableError`` is the server's UNAVAILABLE (a server draining, its database down) on every binding:
+    JSON-RPC's -32000 with that reason and HTTP 200, REST's 503, gRPC's UNAVAILABLE, an SSE error event carrying it;
+    and a 502/503/504 whose body is no A2A error (a proxy's page). It used to be retried only where a transport
+    flagged it (REST's 503, gRPC), so a JSON-RPC client gave up at once on a server that was only restarting.
+    """
     if isinstance(exc, A2AConnectionError | A2ATimeoutError) and not isinstance(exc, A2AReconnectError):
         return True
-    return isinstance(exc, ServiceUnavailableError) and bool(getattr(exc, "retryable", False))
+    return isinstance(exc, ServiceUnavailableError)

@@ -1,8 +1,13 @@
 """Client transports: one ``call`` method and one ``stream`` method per binding, over the one operation table.
 
-Every transport turns wire errors into the core error classes (``TaskNotFoundError``, …), and transport failures
-into ``A2AConnectionError`` / ``A2ATimeoutError``; 502/503/504 answers become ``ServiceUnavailableError`` with
-``retryable=True`` so the client's retry policy can act on them. Streams yield ``(event id or None, StreamResponse)``.
+Every transport turns wire errors into the core error classes (``TaskNotFoundError``, …), classified by their
+``ErrorInfo.reason`` whatever the HTTP status, and transport failures into ``A2AConnectionError`` /
+``A2ATimeoutError``; a 502/503/504 whose body is no A2A error (a proxy's page) becomes ``ServiceUnavailableError``,
+which the client's retry policy retries. Streams yield ``(event id or None, StreamResponse)``.
+
+A hostile or broken server cannot make the client hold unbounded memory: a response body, and each SSE event (each
+line too), may be ``max_response_bytes`` long (counted as the bytes arrive); beyond it the read stops with
+``A2AResponseTooLargeError`` and the connection is closed.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from pydantic import ValidationError
 from relaykit._errors import (
     A2AConnectionError,
     A2AError,
+    A2AResponseTooLargeError,
     A2ATimeoutError,
+    InternalError,
     InvalidAgentResponseError,
     InvalidRequestError,
     MethodNotFoundError,
@@ -36,11 +43,14 @@ from relaykit._v03 import EXTENSIONS_HEADER
 from relaykit._v03 import _rest as rest03
 from relaykit._v03 import _rpc as rpc03
 
-__all__ = ["ClientTransport", "JSONRPCTransport", "RESTTransport", "StreamEvent"]
+__all__ = ["MAX_RESPONSE_BYTES", "ClientTransport", "JSONRPCTransport", "RESTTransport", "StreamEvent"]
 
 StreamEvent = tuple[str | None, StreamResponse]
 A2A_VERSION = "1.0"
 _RETRYABLE_STATUS = frozenset({502, 503, 504})
+# The default bound of one response body, agent card or stream event: far above any sane A2A message, far below what
+# would exhaust a client's memory.
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 
 
 @runtime_checkable
@@ -70,19 +80,49 @@ def _decode(op: Operation, data: Any) -> Any:
         raise InvalidAgentResponseError(f"the agent's {op.name} response is malformed: {exc}") from None
 
 
+def describe(exc: Exception) -> str:
+    """What went wrong with an HTTP exchange, for an error message: never a header value.
+
+    h11 quotes the offending header in its protocol errors (``Illegal header value b'Bearer <token>\\n'`` for a
+    token with a newline), and the CLI prints these messages: a local protocol error is named, not quoted.
+    """
+    if isinstance(exc, httpx.LocalProtocolError):
+        return "the request is not valid HTTP (a header name or value with a control character?)"
+    return str(exc) or type(exc).__name__
+
+
 def _transport_error(exc: Exception, url: str) -> A2AError:
     if isinstance(exc, httpx.TimeoutException):
         return A2ATimeoutError(f"{url} did not answer in time ({type(exc).__name__})")
-    return A2AConnectionError(f"cannot reach {url}: {exc or type(exc).__name__}")
+    return A2AConnectionError(f"cannot reach {url}: {describe(exc)}")
 
 
-def _retryable(status: int, message: str, body: bytes = b"", *, jsonrpc: bool = False) -> ServiceUnavailableError:
-    """A 502/503/504 answer as a retryable ``ServiceUnavailableError``.
+def _too_large(url: str, limit: int, what: str) -> A2AResponseTooLargeError:
+    return A2AResponseTooLargeError(f"{url} sent {what} larger than {limit} bytes (the client's max_response_bytes)")
 
-    When the body is the server's own A2A error (a relaykit or SDK server answering 503 UNAVAILABLE while it drains,
-    say), its message and details are kept; a proxy's HTML page or an empty body gives the generic message.
+
+async def read_body(response: httpx.Response, limit: int, url: str) -> bytes:
+    """The whole body of a streamed ``response``, or ``A2AResponseTooLargeError`` once it exceeds ``limit`` bytes
+    (decoded bytes: a compressed bomb is stopped too). Raised inside the ``client.stream`` block, it closes the
+    connection unread."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(url, limit, "a response body")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _unavailable(status: int, message: str, body: bytes = b"", *, jsonrpc: bool = False) -> A2AError:
+    """A 502/503/504 answer: the A2A error its body carries, else a ``ServiceUnavailableError`` (retried).
+
+    Digest §9 #2: errors are classified by ``ErrorInfo.reason``, not by the HTTP code (v1.0.0 servers send
+    InvalidAgentResponse as 502), so a typed error in the body is kept as it is: a relaykit server draining sends
+    UNAVAILABLE (retried), an InvalidAgentResponse is not retried. A proxy's HTML page, an empty body, or an error
+    this client cannot classify (``InternalError``: no known reason or code) is the gateway's unavailability.
     """
-    err: A2AError | None = None
     if body:
         try:
             decoded = pydantic_core.from_json(body)
@@ -90,43 +130,79 @@ def _retryable(status: int, message: str, body: bytes = b"", *, jsonrpc: bool = 
             decoded = None
         if isinstance(decoded, dict) and isinstance(decoded.get("error"), dict):
             err = error_from_jsonrpc(decoded["error"]) if jsonrpc else error_from_status(status, decoded)
-    if not isinstance(err, ServiceUnavailableError):
-        err = ServiceUnavailableError(message)
-    err.retryable = True  # type: ignore[attr-defined]
-    return err
+            if not isinstance(err, InternalError):
+                return err
+    return ServiceUnavailableError(message)
 
 
-async def _sse_events(response: httpx.Response) -> AsyncGenerator[tuple[str | None, str | None, str], None]:
-    """Parse ``text/event-stream``: (id, event name, data) per event; comments and keep-alives skipped.
+async def _sse_lines(response: httpx.Response, limit: int, url: str) -> AsyncGenerator[bytes, None]:
+    """The lines of an event stream (without their CRLF / LF / CR ends, as the SSE standard splits them), each at most
+    ``limit`` bytes: httpx's own line reader would buffer a line without end for ever.
+
+    Bytes, not text: the line ends are ASCII so they never split a UTF-8 sequence, and the JSON decoder reads bytes.
+    """
+    tail = b""  # the start of a line whose end has not arrived
+    after_cr = False  # the last chunk ended with CR: an LF starting the next one completes that CRLF
+    async for chunk in response.aiter_bytes():
+        if after_cr:
+            after_cr = False
+            if chunk.startswith(b"\n"):
+                chunk = chunk[1:]
+        if not chunk:
+            continue
+        data = tail + chunk if tail else chunk
+        lines = data.splitlines()  # bytes.splitlines splits at CRLF, LF and CR only (str's would split at U+2028 too)
+        last = data[-1]
+        if last == 0x0A or last == 0x0D:
+            tail = b""
+            after_cr = last == 0x0D
+        else:
+            tail = lines.pop()
+            if len(tail) > limit:
+                raise _too_large(url, limit, "a stream line")
+        for line in lines:
+            yield line
+
+
+async def _sse_events(
+    response: httpx.Response, limit: int, url: str
+) -> AsyncGenerator[tuple[str | None, str | None, bytes], None]:
+    """Parse ``text/event-stream``: (id, event name, data) per event; comments and keep-alives skipped. An event's
+    data may be ``limit`` bytes in all (``A2AResponseTooLargeError`` beyond).
 
     An event is dispatched only at its terminating blank line: a connection cut in the middle of a frame must not
     hand a truncated ``data:`` line to the decoder (the stream is resumed from the last complete event instead).
     """
     event_id: str | None = None
     name: str | None = None
-    data: list[str] = []
-    async for line in response.aiter_lines():
-        if not line:
-            if data:
-                yield event_id, name, "\n".join(data)
-            event_id, name, data = None, None, []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "data":
-            data.append(value)
-        elif field == "id":
-            event_id = value
-        elif field == "event":
-            name = value
+    data: list[bytes] = []
+    size = 0
+    async with contextlib.aclosing(_sse_lines(response, limit, url)) as lines:
+        async for line in lines:
+            if not line:
+                if data:
+                    yield event_id, name, b"\n".join(data)
+                event_id, name, data, size = None, None, [], 0
+                continue
+            if line.startswith(b":"):
+                continue
+            field, _, value = line.partition(b":")
+            value = value.removeprefix(b" ")
+            if field == b"data":
+                size += len(value) + 1
+                if size > limit:
+                    raise _too_large(url, limit, "a stream event")
+                data.append(value)
+            elif field == b"id":
+                event_id = value.decode("utf-8", "replace")
+            elif field == b"event":
+                name = value.decode("utf-8", "replace")
     # Bug fix: the incomplete event left at the end of the stream used to be dispatched. The SSE standard discards
     # it ("if the file ends in the middle of an event … the incomplete event is not dispatched"); dispatching it
     # handed half a JSON frame to the decoder (a raw ValueError) when a proxy cut the stream mid-frame.
 
 
-def _frame_json(data: str) -> Any:
+def _frame_json(data: bytes) -> Any:
     """One SSE ``data`` payload as JSON (an object), or ``InvalidAgentResponseError``."""
     try:
         value = pydantic_core.from_json(data)
@@ -172,8 +248,11 @@ class _HTTPTransport:
         owns_client: bool = False,
         stream_timeout: httpx.Timeout | None = None,
         v03: bool = False,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self.url = url
+        # The most one response body or stream event may hold (module docstring).
+        self.max_response_bytes = max_response_bytes
         # An A2A 0.3 interface: the same calls, through the 0.3 codec (relaykit._v03), with no A2A-Version header.
         self.v03 = v03
         self.client = client
@@ -224,18 +303,20 @@ class JSONRPCTransport(_HTTPTransport):
 
     async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
         try:
-            response = await self.client.post(
+            async with self.client.stream(
+                "POST",
                 self.url,
                 content=self._body(op, request),
                 headers={"Content-Type": "application/json", **self._headers(headers)},
-            )
+            ) as response:
+                content = await read_body(response, self.max_response_bytes, self.url)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.url) from None
         if response.status_code in _RETRYABLE_STATUS:
             message = f"{self.url} answered HTTP {response.status_code}"
-            raise _retryable(response.status_code, message, response.content, jsonrpc=True)
+            raise _unavailable(response.status_code, message, content, jsonrpc=True)
         try:
-            envelope = pydantic_core.from_json(response.content)
+            envelope = pydantic_core.from_json(content)
         except ValueError:
             raise error_from_status(response.status_code, None) from None
         if not isinstance(envelope, dict):
@@ -258,12 +339,14 @@ class JSONRPCTransport(_HTTPTransport):
             async with self.client.stream(
                 "POST", self.url, content=self._body(op, request), headers=extra, timeout=self.stream_timeout
             ) as response:
+                limit = self.max_response_bytes
                 if response.status_code in _RETRYABLE_STATUS:
                     message = f"{self.url} answered HTTP {response.status_code}"
-                    raise _retryable(response.status_code, message, await response.aread(), jsonrpc=True)
+                    body = await read_body(response, limit, self.url)
+                    raise _unavailable(response.status_code, message, body, jsonrpc=True)
                 if not response.headers.get("content-type", "").startswith("text/event-stream"):
                     # An error before the first event is an ordinary JSON-RPC response.
-                    body = await response.aread()
+                    body = await read_body(response, limit, self.url)
                     try:
                         envelope = pydantic_core.from_json(body)
                     except ValueError:
@@ -273,7 +356,7 @@ class JSONRPCTransport(_HTTPTransport):
                     ):
                         raise _jsonrpc_error(response.status_code, envelope)
                     raise InvalidAgentResponseError("the agent answered a stream request without a stream")
-                async with contextlib.aclosing(_sse_events(response)) as events:
+                async with contextlib.aclosing(_sse_events(response, limit, self.url)) as events:
                     async for event_id, _name, data in events:
                         envelope = _frame_json(data)
                         if isinstance(envelope.get("error"), dict):
@@ -321,13 +404,14 @@ class RESTTransport(_HTTPTransport):
         if body is not None:
             extra["Content-Type"] = "application/json" if self.v03 else "application/a2a+json"
         try:
-            response = await self.client.request(method, url, content=body, params=params or None, headers=extra)
+            async with self.client.stream(method, url, content=body, params=params or None, headers=extra) as response:
+                content = await read_body(response, self.max_response_bytes, url)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, url) from None
         if response.status_code in _RETRYABLE_STATUS:
-            raise _retryable(response.status_code, f"{url} answered HTTP {response.status_code}", response.content)
+            raise _unavailable(response.status_code, f"{url} answered HTTP {response.status_code}", content)
         try:
-            payload = pydantic_core.from_json(response.content) if response.content else {}
+            payload = pydantic_core.from_json(content) if content else {}
         except ValueError:
             payload = None
         if response.status_code >= 400:
@@ -359,13 +443,14 @@ class RESTTransport(_HTTPTransport):
             async with self.client.stream(
                 method, url, content=body, params=params or None, headers=extra, timeout=self.stream_timeout
             ) as response:
+                limit = self.max_response_bytes
                 if response.status_code in _RETRYABLE_STATUS:
                     message = f"{url} answered HTTP {response.status_code}"
-                    raise _retryable(response.status_code, message, await response.aread())
+                    raise _unavailable(response.status_code, message, await read_body(response, limit, url))
                 if response.status_code >= 400 or not response.headers.get("content-type", "").startswith(
                     "text/event-stream"
                 ):
-                    raw = await response.aread()
+                    raw = await read_body(response, limit, url)
                     try:
                         payload = pydantic_core.from_json(raw) if raw else None
                     except ValueError:
@@ -374,7 +459,7 @@ class RESTTransport(_HTTPTransport):
                     if response.status_code < 400 and not has_error:
                         raise InvalidAgentResponseError("the agent answered a stream request without a stream")
                     raise self._error(response.status_code if response.status_code >= 400 else 500, payload, url)
-                async with contextlib.aclosing(_sse_events(response)) as events:
+                async with contextlib.aclosing(_sse_events(response, limit, url)) as events:
                     async for event_id, name, data in events:
                         payload = _frame_json(data)
                         if self.v03:
