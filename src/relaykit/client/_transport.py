@@ -141,7 +141,10 @@ async def _sse_lines(response: httpx.Response, limit: int, url: str) -> AsyncGen
 
     Bytes, not text: the line ends are ASCII so they never split a UTF-8 sequence, and the JSON decoder reads bytes.
     """
-    tail = b""  # the start of a line whose end has not arrived
+    # The start of a line whose end has not arrived, in pieces: joined once, when its end comes, so a long line sent
+    # in many small chunks costs its length, not its length times the number of chunks.
+    pending: list[bytes] = []
+    pending_size = 0
     after_cr = False  # the last chunk ended with CR: an LF starting the next one completes that CRLF
     async for chunk in response.aiter_bytes():
         if after_cr:
@@ -150,18 +153,25 @@ async def _sse_lines(response: httpx.Response, limit: int, url: str) -> AsyncGen
                 chunk = chunk[1:]
         if not chunk:
             continue
-        data = tail + chunk if tail else chunk
-        lines = data.splitlines()  # bytes.splitlines splits at CRLF, LF and CR only (str's would split at U+2028 too)
-        last = data[-1]
+        lines = chunk.splitlines()  # bytes.splitlines splits at CRLF, LF and CR only (str's would split at U+2028 too)
+        last = chunk[-1]
+        rest = b""
         if last == 0x0A or last == 0x0D:
-            tail = b""
             after_cr = last == 0x0D
         else:
-            tail = lines.pop()
-            if len(tail) > limit:
+            rest = lines.pop()  # an unfinished line (the whole chunk when it holds no line end)
+        if lines:
+            if pending:
+                pending.append(lines[0])
+                lines[0] = b"".join(pending)
+                pending, pending_size = [], 0
+            for line in lines:
+                yield line
+        if rest:
+            pending.append(rest)
+            pending_size += len(rest)
+            if pending_size > limit:
                 raise _too_large(url, limit, "a stream line")
-        for line in lines:
-            yield line
 
 
 async def _sse_events(
