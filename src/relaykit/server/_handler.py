@@ -7,8 +7,11 @@ Every business rule a binding might be tempted to repeat lives here and raises c
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+
+import httpx
 
 from relaykit._card import AgentCard
 from relaykit._enums import TaskState
@@ -47,6 +50,28 @@ from relaykit.telemetry._seam import Telemetry
 __all__ = ["ExtendedCardProvider", "RequestHandler", "trim_history"]
 
 ExtendedCardProvider = AgentCard | Callable[[CallContext], Awaitable[AgentCard]]
+
+# What a push config's token, scheme and credentials must be to go out as header values: an RFC 9110 field-value
+# in ASCII (httpx encodes header values as ASCII; h11 under it refuses control characters, CR/LF included, and
+# whitespace at either end). Anything else fails every delivery attempt, so it is refused when the config is stored.
+_FIELD_VALUE = re.compile(r"[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*")
+_NOT_A_FIELD_VALUE = "not a valid HTTP header value: only visible ASCII characters, with spaces or tabs between them"
+
+
+def _webhook_url_problem(url: str) -> str | None:
+    """Why httpx could not POST to ``url`` (the SSRF guard's own rules come after), or ``None``."""
+    try:
+        parsed = httpx.URL(url)
+        host, port = parsed.host, parsed.port  # (the host is IDNA-decoded on first use: it may raise too)
+    except (httpx.InvalidURL, ValueError) as exc:  # (an IDNA error is a ValueError, not an InvalidURL)
+        return f"not a valid URL ({exc})"
+    if parsed.scheme not in ("http", "https"):
+        return f"the scheme must be http or https (got {parsed.scheme or 'none'!r})"
+    if not host:
+        return "the URL has no host"
+    if port is not None and not 0 < port < 65536:
+        return "its port is out of range"
+    return None
 
 
 def trim_history(task: Task, history_length: int | None) -> Task:
@@ -173,10 +198,15 @@ class RequestHandler:
 
     async def _check_push_config(self, config: TaskPushNotificationConfig, where: str) -> None:
         """What a push config must be before it is stored, whichever binding or operation carried it (``where``:
-        the prefix of its field paths in errors): REQUIRED fields set, an id every binding can address, a URL the
-        SSRF guard lets through."""
+        the prefix of its field paths in errors): REQUIRED fields set, a URL httpx can POST to, a token, scheme and
+        credentials that can be sent as header values, an id every binding can address, a URL the SSRF guard lets
+        through."""
         if not config.url:
             raise InvalidParamsError(f"{where}url is required", field_violations=[(f"{where}url", "required")])
+        problem = _webhook_url_problem(config.url)
+        if problem is not None:
+            field = f"{where}url"
+            raise InvalidParamsError(f"{field} cannot be used: {problem}", field_violations=[(field, problem)])
         # A REQUIRED string is refused empty as well as absent: proto3 cannot tell the two apart (the gRPC binding
         # decodes "" as absent), so the JSON bindings must not accept what gRPC refuses.
         if config.authentication is not None and not config.authentication.scheme:
@@ -185,6 +215,7 @@ class RequestHandler:
                 f"{field} is required when authentication is given (e.g. Bearer)",
                 field_violations=[(field, "required")],
             )
+        self._check_header_values(config, where)
         # Client-chosen ids: the HTTP+JSON routes take any character in an id, percent-encoded (the REST binding
         # matches on the path as sent). Only "." and ".." cannot be a path segment: clients remove them as dot
         # segments (RFC 3986 §5.2.4) before sending, so such a config could be created but never fetched or
@@ -197,6 +228,22 @@ class RequestHandler:
             )
         if self.push_url_check is not None:
             await self.push_url_check(config.url, f"{where}url")
+
+    @staticmethod
+    def _check_header_values(config: TaskPushNotificationConfig, where: str) -> None:
+        """The fields every delivery sends as header values; the error names the field, never its value (a
+        credential)."""
+        auth = config.authentication
+        for name, value in (
+            ("token", config.token),
+            ("authentication.scheme", auth.scheme if auth is not None else ""),
+            ("authentication.credentials", auth.credentials if auth is not None else ""),
+        ):
+            if value and _FIELD_VALUE.fullmatch(value) is None:
+                field = f"{where}{name}"
+                raise InvalidParamsError(
+                    f"{field} is {_NOT_A_FIELD_VALUE}", field_violations=[(field, _NOT_A_FIELD_VALUE)]
+                )
 
     # --- messages ----------------------------------------------------------------------------------------
 
