@@ -189,12 +189,19 @@ class RequestHandler:
         if not self.push:
             raise PushNotificationNotSupportedError()
 
-    async def _check_inline_push(self, request: SendMessageRequest) -> None:
+    async def _check_inline_push(self, request: SendMessageRequest, call: CallContext) -> None:
         config = request.configuration.task_push_notification_config if request.configuration else None
         if config is None:
             return
         self._require_push()
         await self._check_push_config(config, "configuration.taskPushNotificationConfig.")
+        message = request.message
+        if message.task_id:
+            # A follow-up's config joins the configs its task has (each message without a config id adds one): the
+            # cap CreateTaskPushNotificationConfig keeps holds for it too, checked before the message runs.
+            legacy = bool(config.protocol_version)
+            config_id = inline_config_id(config.id, message.task_id, message.message_id, legacy=legacy)
+            await self._check_push_cap(message.task_id, config_id, request.tenant or call.tenant, call)
 
     async def _check_push_config(self, config: TaskPushNotificationConfig, where: str) -> None:
         """What a push config must be before it is stored, whichever binding or operation carried it (``where``:
@@ -245,13 +252,22 @@ class RequestHandler:
                     f"{field} is {_NOT_A_FIELD_VALUE}", field_violations=[(field, _NOT_A_FIELD_VALUE)]
                 )
 
+    async def _check_push_cap(self, task_id: str, config_id: str, tenant: str, call: CallContext) -> None:
+        """``Quotas.push_configs``: a task holds at most that many configs; storing one more (``config_id`` new to
+        the task, or empty: the server assigns one) is refused, replacing one of them is not."""
+        cap = self.quotas.quotas.push_configs
+        if cap > 0:
+            existing = await self.push_store.list(task_id, tenant=tenant, owner=call.user)
+            if len(existing) >= cap and all(c.id != config_id for c in existing):
+                raise exhausted(f"task {task_id} already has {cap} push notification configs", 60)
+
     # --- messages ----------------------------------------------------------------------------------------
 
     async def send_message(self, request: SendMessageRequest, call: CallContext) -> SendMessageResponse | Encoded:
         """SendMessage."""
         config = request.configuration
         if config is not None and config.task_push_notification_config is not None:
-            await self._check_inline_push(request)
+            await self._check_inline_push(request, call)
         result = await self.engine.send_raw(request, call)
         # (The common answer is bytes: a type test first spares an isinstance against a model class that fails.)
         if type(result) is not bytes and isinstance(result, Message):
@@ -267,7 +283,7 @@ class RequestHandler:
     async def send_streaming_message(self, request: SendMessageRequest, call: CallContext) -> AsyncIterator[StreamItem]:
         """SendStreamingMessage: (seq, event, encoded StreamResponse) items."""
         self._require_streaming()
-        await self._check_inline_push(request)
+        await self._check_inline_push(request, call)
         hold = await self.quotas.open_stream(call.user)
         items: AsyncIterator[StreamItem] = self.engine.stream(request, call)
         config = request.configuration
@@ -390,11 +406,7 @@ class RequestHandler:
         """CreateTaskPushNotificationConfig: the server assigns an id when none is given."""
         tenant = await self._push_scope(request.tenant, request.task_id, call)
         await self._check_push_config(request, "")
-        cap = self.quotas.quotas.push_configs
-        if cap > 0:
-            existing = await self.push_store.list(request.task_id, tenant=tenant, owner=call.user)
-            if len(existing) >= cap and all(c.id != request.id for c in existing):
-                raise exhausted(f"task {request.task_id} already has {cap} push notification configs", 60)
+        await self._check_push_cap(request.task_id, request.id, tenant, call)
         config = request.model_copy(update={"id": request.id or new_id(), "tenant": tenant})
         await self.push_store.put(config, owner=call.user)
         return config
