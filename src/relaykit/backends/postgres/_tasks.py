@@ -507,9 +507,23 @@ class PostgresTaskStore(AttachedStore[Database]):
 
         return await self._db.run(job)
 
-    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
+    async def purge(
+        self,
+        before: datetime,
+        *,
+        interrupted: bool = False,
+        purged: builtins.list[tuple[str, str, str]] | None = None,
+    ) -> int:
         limit = timestamp_us(before)
         states = _INTERRUPTED if interrupted else _TERMINAL
+        if purged is not None:
+
+            async def keyed(conn: Any) -> builtins.list[Any]:
+                return list(await conn.fetch(self._sql_purge + " RETURNING tenant, owner, id", states, limit))
+
+            rows = await self._db.run(keyed)
+            purged.extend((str(r[0]), str(r[1]), str(r[2])) for r in rows)
+            return len(rows)
 
         async def job(conn: Any) -> str:
             return str(await conn.execute(self._sql_purge, states, limit))
