@@ -507,6 +507,19 @@ async def test_purge_names_the_tasks_it_deletes_and_their_push_configs_go_with_t
     assert await delete_task_configs(push, interrupted) == 0
 
 
+async def test_first_messages_keeps_the_newest_tasks_when_more_fall_in_the_window(store: TaskStore) -> None:
+    """The idempotency window refilled at start (``first_messages``, SQLite and PostgreSQL) holds the most recent
+    tasks when more than ``limit`` changed within it: a retry of a recent message is what it must recognise."""
+    first_messages = getattr(store, "first_messages", None)
+    if first_messages is None:
+        pytest.skip("this store has no first_messages (it keeps nothing across a restart)")
+    for i in range(10):
+        await insert(store, make_task(f"t{i}", state=TaskState.COMPLETED, ts=at(i)))
+    rows = await first_messages(at(0), 4)
+    assert sorted(row[3] for row in rows) == ["t6", "t7", "t8", "t9"]
+    assert {row[2] for row in rows} == {"m-t6", "m-t7", "m-t8", "m-t9"}
+
+
 # --- push configs -------------------------------------------------------------------------------------------
 
 

@@ -459,10 +459,14 @@ class PostgresTaskStore(AttachedStore[Database]):
 
     async def first_messages(self, since: datetime, limit: int) -> builtins.list[tuple[str, str, str, str, str, int]]:
         """``(tenant, owner, messageId, task id, context id, status time in µs)`` of the message that started each
-        task whose status changed since ``since`` (at most ``limit``): refills the idempotency window on start."""
+        task whose status changed since ``since`` (at most ``limit``, the most recent): refills the idempotency window
+        on start."""
+        # Newest first: when more than ``limit`` tasks changed within the window, the most recent are the ones a
+        # retry names.
         sql = (
             "SELECT tenant, owner, convert_from(body, 'UTF8')::jsonb #>> '{history,0,messageId}', id, context_id, "
-            f"status_ts FROM {self._table} WHERE state = ANY($1::text[]) AND status_ts >= $2 LIMIT $3"
+            f"status_ts FROM {self._table} WHERE state = ANY($1::text[]) AND status_ts >= $2 "
+            "ORDER BY status_ts DESC, id DESC LIMIT $3"
         )
         states = [state.value for state in TaskState]
         await self._untold.settle_all()

@@ -176,13 +176,15 @@ class SQLiteTaskStore(AttachedStore[Database]):
 
     async def first_messages(self, since: datetime, limit: int) -> builtins.list[tuple[str, str, str, str, str, int]]:
         """``(tenant, owner, messageId, task id, context id, status time in µs)`` of the message that started each
-        task whose status changed since ``since`` (at most ``limit``): refills the idempotency window on start."""
+        task whose status changed since ``since`` (at most ``limit``, the most recent): refills the idempotency window
+        on start."""
         states = tuple(state.value for state in TaskState)
-        # ``state IN (every state)``: the (state, status_ts) index serves the range, no scan of every body.
+        # ``state IN (every state)``: the (state, status_ts) index serves the range, no scan of every body. Newest
+        # first: when more than ``limit`` tasks changed within the window, the most recent are the ones a retry names.
         sql = (
             f"SELECT tenant, owner, json_extract(CAST(body AS TEXT), '$.history[0].messageId'), id, context_id, "
             f"status_ts FROM {self._table} WHERE state IN ({', '.join('?' * len(states))}) AND status_ts >= ? "
-            "LIMIT ?"
+            "ORDER BY status_ts DESC, id DESC LIMIT ?"
         )
 
         def job(conn: sqlite3.Connection) -> builtins.list[tuple[str, str, str, str, str, int]]:
