@@ -28,6 +28,7 @@ from relaykit.push import (
     WebhookGuard,
     WebhookReceiver,
 )
+from relaykit.push._rate import NotificationGate
 from relaykit.server import CallContext, EventQueue
 from relaykit.types import AuthenticationInfo, Message, SendMessageRequest, TaskPushNotificationConfig
 
@@ -382,3 +383,41 @@ async def test_a_stored_config_no_request_can_carry_ends_as_dead_letters(
     assert not [e for e in errors if "s3cr3t" in e], errors
     assert [r.getMessage() for r in caplog.records if r.exc_info] == []
     assert "s3cr3t" not in caplog.text
+
+
+async def test_after_coalesced_chunks_the_next_notification_is_the_task_as_it_stands() -> None:
+    """Chunks beyond a task's notification budget are not sent (push._rate); a receiver that rebuilds the streamed
+    artifact from the deltas (``append``) would then miss them. The notification after a dropped one (here the
+    terminal one) is a ``{"task": ...}`` snapshot, so the receiver ends with the whole artifact."""
+    collector = Collector()
+    app = create_app(chunks, store="memory", push_allow=("127.0.0.1",), push_policy=FAST)
+    sender = app.state.relaykit.push_sender
+    sender.gate = NotificationGate(rate=0.001, burst=3)  # three chunks notified, the others coalesced
+
+    def done(events: list[StreamResponse]) -> bool:
+        last = events[-1] if events else None
+        status = last.task.status if last is not None and last.task else None
+        return terminal(events) or (status is not None and status.state.is_terminal)
+
+    async with serving(WebhookReceiver(collector)) as hook, serving(app) as agent_url, httpx.AsyncClient() as http:
+        await send(http, agent_url, "20", {"url": hook})
+        events = await collector.until(done)
+    # What a receiver rebuilds: a snapshot replaces the artifacts, an append update extends its artifact.
+    artifacts: dict[str, list[str]] = {}
+    for event in events:
+        if event.task is not None:
+            artifacts = {a.artifact_id: [p.text for p in a.parts] for a in event.task.artifacts}
+        elif event.artifact_update is not None:
+            update = event.artifact_update
+            texts = [p.text for p in update.artifact.parts]
+            if update.append:
+                artifacts.setdefault(update.artifact.artifact_id, []).extend(texts)
+            else:
+                artifacts[update.artifact.artifact_id] = texts
+    assert list(artifacts.values()) == [[f"chunk {i}" for i in range(20)]]
+    kinds = [next(iter(e.to_dict())) for e in events]
+    assert kinds[-1] == "task"
+    snapshot = events[-1].task
+    assert snapshot is not None
+    assert snapshot.status.state is TaskState.COMPLETED
+    assert kinds.count("artifactUpdate") == 3
