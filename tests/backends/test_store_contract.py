@@ -25,7 +25,7 @@ from relaykit.backends import (
     TaskRecord,
     TaskStore,
 )
-from relaykit.backends._base import DeliveryOutcome, OutboxChanges, OutboxEntry, PushOutbox
+from relaykit.backends._base import DeliveryOutcome, OutboxChanges, OutboxEntry, PushOutbox, delete_task_configs
 from relaykit.backends._paging import encode_token, timestamp_us
 from relaykit.backends.memory import MemoryPushOutbox
 from relaykit.backends.sqlite import SQLitePushConfigStore, SQLitePushOutbox, SQLiteTaskStore
@@ -475,6 +475,49 @@ async def test_purge_interrupted_deletes_only_old_interrupted_tasks(store: TaskS
     remaining = set(await list_ids(store, page_size=100))
     assert remaining == {f"old-{s.name}" for s in others} | {f"new-{s.name}" for s in interrupted + others}
     assert await store.purge(at(5), interrupted=True) == 0
+
+
+async def test_purge_names_the_tasks_it_deletes_and_their_push_configs_go_with_them(
+    store: TaskStore, push: PushConfigStore
+) -> None:
+    """Retention (``A2AServer.purge``) removes a purged task's push configs, token and credentials included: the
+    store names each task it deletes, and the push store drops every config of those tasks, and only those."""
+    await insert(store, make_task("old-done", state=TaskState.COMPLETED, ts=at(1)))
+    await insert(store, make_task("old-asking", state=TaskState.INPUT_REQUIRED, ts=at(1)), tenant="acme", owner="bob")
+    await insert(store, make_task("new-done", state=TaskState.COMPLETED, ts=at(10)))
+    scopes = {"old-done": ("", "anonymous"), "old-asking": ("acme", "bob"), "new-done": ("", "anonymous")}
+    for task_id, (tenant, owner) in scopes.items():
+        for config_id in ("c1", "c2"):
+            await push.put(make_config(task_id, config_id, tenant=tenant), owner=owner)
+    await push.put(make_config("old-done", "c1", tenant="acme"), owner="bob")  # same task id, another scope
+
+    purged: list[tuple[str, str, str]] = []
+    assert await store.purge(at(5), purged=purged) == 1
+    assert purged == [("", "anonymous", "old-done")]
+    assert await delete_task_configs(push, purged) == 2
+    assert await push.list("old-done") == []
+    assert [c.id for c in await push.list("old-done", tenant="acme", owner="bob")] == ["c1"]
+
+    interrupted: list[tuple[str, str, str]] = []
+    assert await store.purge(at(5), interrupted=True, purged=interrupted) == 1
+    assert interrupted == [("acme", "bob", "old-asking")]
+    assert await delete_task_configs(push, interrupted) == 2
+    assert await push.list("old-asking", tenant="acme", owner="bob") == []
+    assert [c.id for c in await push.list("new-done")] == ["c1", "c2"]
+    assert await delete_task_configs(push, interrupted) == 0
+
+
+async def test_first_messages_keeps_the_newest_tasks_when_more_fall_in_the_window(store: TaskStore) -> None:
+    """The idempotency window refilled at start (``first_messages``, SQLite and PostgreSQL) holds the most recent
+    tasks when more than ``limit`` changed within it: a retry of a recent message is what it must recognise."""
+    first_messages = getattr(store, "first_messages", None)
+    if first_messages is None:
+        pytest.skip("this store has no first_messages (it keeps nothing across a restart)")
+    for i in range(10):
+        await insert(store, make_task(f"t{i}", state=TaskState.COMPLETED, ts=at(i)))
+    rows = await first_messages(at(0), 4)
+    assert sorted(row[3] for row in rows) == ["t6", "t7", "t8", "t9"]
+    assert {row[2] for row in rows} == {"m-t6", "m-t7", "m-t8", "m-t9"}
 
 
 # --- push configs -------------------------------------------------------------------------------------------

@@ -2,13 +2,14 @@
 
 Against each real outbox (memory, a SQLite file, PostgreSQL), then through ``A2AServer.purge`` (what the retention
 loop runs) on a SQLite-backed server: old dead letters and idle health rows go, fresh ones and the health of a stream
-with something pending stay.
+with something pending stay. A purged task's push configs go with it (memory and SQLite servers; each store's part is
+in ``tests/backends/test_store_contract.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ from relaykit.assembly import assemble
 from relaykit.backends._base import DeliveryOutcome, OutboxChanges, OutboxEntry, PushOutbox
 from relaykit.backends.memory import MemoryPushOutbox, MemoryTaskStore
 from relaykit.backends.sqlite import SQLitePushOutbox, SQLiteTaskStore
+from relaykit.server import CallContext
+from relaykit.types import AuthenticationInfo, Message, SendMessageRequest, Task, TaskPushNotificationConfig
 
 OLD = 1_000_000.0  # epoch seconds, long before the cutoff
 CUTOFF = 2_000_000.0
@@ -104,3 +107,54 @@ async def test_the_retention_purge_counts_tasks_dead_letters_and_health(tmp_path
     finally:
         await server.stop()
     assert removed == (0, 2, 2)
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_the_retention_purge_removes_the_push_configs_of_the_tasks_it_purges(tmp_path: Path, store: str) -> None:
+    """A push config (its token and credentials with it) goes with its task: after the purge neither the API's view
+    (cached) nor the store (read again after a restart, for SQLite) has it; a task kept keeps its configs."""
+
+    @agent
+    async def echo(context: object) -> str:
+        return "ok"
+
+    url = "memory" if store == "memory" else f"sqlite:///{tmp_path / 'configs.db'}"
+    server = assemble(echo, store=url)
+    await server.start()
+    try:
+        call = CallContext()
+        old = await server.engine.send(SendMessageRequest(message=Message.user("old")), call)
+        kept = await server.engine.send(SendMessageRequest(message=Message.user("kept")), call)
+        assert isinstance(old, Task)
+        assert isinstance(kept, Task)
+        configs = server.handler.push_store
+        for task in (old, kept):
+            for config_id in ("a", "b"):
+                config = TaskPushNotificationConfig(
+                    task_id=task.id,
+                    id=config_id,
+                    url="https://hooks.example.com/a2a",
+                    token="tok-retention",
+                    authentication=AuthenticationInfo(scheme="Bearer", credentials="cred-retention"),
+                )
+                await configs.put(config)
+        assert len(await configs.list(old.id)) == 2  # (and now cached)
+        # Only the old task is older than the cutoff: the kept one's status is moved past it.
+        stored = await server.engine.store.get(kept.id)
+        assert stored is not None
+        stored.task.status.timestamp = datetime.now(UTC) + timedelta(days=2)
+        await server.engine.store.save(stored)
+        removed = await server.purge(datetime.now(UTC) + timedelta(days=1))
+        assert removed[0] == 1
+        assert await configs.list(old.id) == []
+        assert [c.id for c in await configs.list(kept.id)] == ["a", "b"]
+    finally:
+        await server.stop()
+    if store == "sqlite":
+        again = assemble(echo, store=url)
+        await again.start()
+        try:
+            assert await again.handler.push_store.list(old.id) == []
+            assert [c.id for c in await again.handler.push_store.list(kept.id)] == ["a", "b"]
+        finally:
+            await again.stop()

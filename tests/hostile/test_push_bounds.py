@@ -17,7 +17,7 @@ from relaykit._enums import TaskState
 from relaykit.backends._base import OutboxChanges
 from relaykit.backends.memory import MemoryPushOutbox
 from relaykit.http._app import create_app
-from relaykit.push._rate import NotificationGate
+from relaykit.push._rate import DROP, SEND, SNAPSHOT, NotificationGate
 from relaykit.testing import StreamingASGITransport
 
 CHUNKS = 5000
@@ -73,3 +73,16 @@ def test_state_changes_always_pass_and_chunks_spend_tokens() -> None:
     assert gate.allow("t", TaskState.INPUT_REQUIRED)
     assert gate.allow("t", TaskState.COMPLETED)
     assert gate.allow("other", None)  # per task
+
+
+def test_the_notification_after_a_dropped_one_is_a_snapshot() -> None:
+    """Once an event was coalesced, the task's next notification must carry the task as it stands (the sender
+    sends a ``{"task": ...}`` snapshot), be it a state change, a refilled token or the terminal event."""
+    gate = NotificationGate(rate=0.001, burst=1)
+    assert gate.admit("t", TaskState.WORKING) == SEND
+    assert [gate.admit("t", None) for _ in range(3)] == [SEND, DROP, DROP]
+    assert gate.admit("t", TaskState.INPUT_REQUIRED) == SNAPSHOT
+    assert gate.admit("t", TaskState.WORKING) == SEND  # nothing dropped since the snapshot
+    assert gate.admit("t", None) == DROP
+    assert gate.admit("t", TaskState.COMPLETED) == SNAPSHOT
+    assert gate.admit("t", None) == SEND  # a terminal task is forgotten: a new bucket

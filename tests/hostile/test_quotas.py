@@ -31,6 +31,12 @@ async def held(context: Any) -> str:
     return str(context.text)
 
 
+@agent
+async def asks(context: Any) -> str:
+    """Every message leaves its task waiting for more input (never terminal: follow-ups keep coming)."""
+    context.requires_input("and?")
+
+
 class _User:
     is_authenticated = True
 
@@ -55,8 +61,8 @@ async def app_factory() -> AsyncIterator[Any]:
     apps: list[Any] = []
     gate["release"] = asyncio.Event()
 
-    async def make(quotas: Quotas) -> httpx.AsyncClient:
-        app = create_app(held, store="memory", quotas=quotas, push_allow=("127.0.0.1",))
+    async def make(quotas: Quotas, executor: Any = held) -> httpx.AsyncClient:
+        app = create_app(executor, store="memory", quotas=quotas, push_allow=("127.0.0.1",))
         await app.state.relaykit.start()
         apps.append(app)
         make.engines.append(app.state.relaykit.engine)  # type: ignore[attr-defined]
@@ -163,6 +169,42 @@ async def test_501st_push_config_is_refused(app_factory: Any) -> None:
             f"/tasks/{task_id}/pushNotificationConfigs", json={"url": "http://127.0.0.1:9/hook/y", "id": "c7"}
         )
         assert r.status_code == 200, r.text
+
+
+async def test_a_follow_up_s_inline_push_config_counts_against_the_cap(app_factory: Any) -> None:
+    """Each follow-up message may bring its task one more config (inline, ``inline-<messageId>`` when it names
+    none): past the task's cap it is refused as CreateTaskPushNotificationConfig refuses one, before the message
+    runs; a follow-up naming a config the task has (replacing it) is still served."""
+    client = await app_factory(Quotas(push_configs=2), asks)
+    hook = {"url": "http://127.0.0.1:9/hook"}
+    async with client:
+        first = send_body("first", immediate=False)
+        first["configuration"]["taskPushNotificationConfig"] = hook
+        r = await client.post("/message:send", json=first)
+        assert r.status_code == 200, r.text
+        task_id = r.json()["task"]["id"]
+
+        async def follow_up(text: str, push: dict[str, Any]) -> httpx.Response:
+            body = send_body(text, immediate=False)
+            body["message"]["taskId"] = task_id
+            body["configuration"]["taskPushNotificationConfig"] = push
+            return await client.post("/message:send", json=body)
+
+        r = await follow_up("second", hook)
+        assert r.status_code == 200, r.text
+        listed = await client.get(f"/tasks/{task_id}/pushNotificationConfigs")
+        ids = [c["id"] for c in listed.json()["configs"]]
+        assert len(ids) == 2
+        r = await follow_up("third", hook)
+        assert r.status_code == 429, r.text
+        assert "2 push notification configs" in r.json()["error"]["message"]
+        assert int(r.headers["retry-after"]) >= 1
+        r = await follow_up("fourth", {**hook, "id": ids[0]})
+        assert r.status_code == 200, r.text
+        listed = await client.get(f"/tasks/{task_id}/pushNotificationConfigs")
+        task = (await client.get(f"/tasks/{task_id}")).json()
+    assert [c["id"] for c in listed.json()["configs"]] == ids
+    assert [m["parts"][0]["text"] for m in task["history"] if m["role"] == "ROLE_USER"] == ["first", "second", "fourth"]
 
 
 async def test_queued_messages_per_principal(app_factory: Any) -> None:

@@ -112,6 +112,12 @@ BIG_TEXT = "x" * (2 * MAX_BODY)
 HOOK = "https://hooks.example.com/a2a"  # never called: every row using it is refused before anything is stored
 HOOK_NO_SCHEME = {"url": HOOK, "authentication": {"scheme": ""}}
 INLINE_NO_SCHEME = {"taskPushNotificationConfig": HOOK_NO_SCHEME}
+# Credentials no delivery could send as a header value: the error names the field and never echoes the value.
+SECRET = "s3cr3t-value"
+HOOK_CRLF_TOKEN = {"url": HOOK, "token": f"{SECRET}\r\nX-Injected: 1"}
+HOOK_NON_ASCII_CREDENTIALS = {"url": HOOK, "authentication": {"scheme": "Bearer", "credentials": f"{SECRET}\u00e9"}}
+HOOK_UNUSABLE_URL = {"url": "http://xn--zz/a2a"}  # an A-label that is not valid IDNA: httpx cannot send to it
+INLINE_CRLF_TOKEN = {"taskPushNotificationConfig": HOOK_CRLF_TOKEN}
 
 ROWS: list[Row] = [
     Row(
@@ -229,6 +235,46 @@ ROWS: list[Row] = [
             rest_invalid_params("configuration.taskPushNotificationConfig.authentication.scheme"),
         ),
     ),
+    # A token, scheme or credentials that cannot go out as a header value (CR/LF, non-ASCII), or a URL httpx cannot
+    # send to, would fail every delivery: refused when the config is stored, on creation and inline in a message.
+    Row(
+        "push-config-token-with-crlf",
+        jsonrpc=(
+            rpc(envelope("CreateTaskPushNotificationConfig", {"taskId": DONE, **HOOK_CRLF_TOKEN})),
+            rpc_invalid_params("token"),
+        ),
+        rest=(rest("POST", f"/tasks/{DONE}/pushNotificationConfigs", HOOK_CRLF_TOKEN), rest_invalid_params("token")),
+    ),
+    Row(
+        "push-config-non-ascii-credentials",
+        jsonrpc=(
+            rpc(envelope("CreateTaskPushNotificationConfig", {"taskId": DONE, **HOOK_NON_ASCII_CREDENTIALS})),
+            rpc_invalid_params("authentication.credentials"),
+        ),
+        rest=(
+            rest("POST", f"/tasks/{DONE}/pushNotificationConfigs", HOOK_NON_ASCII_CREDENTIALS),
+            rest_invalid_params("authentication.credentials"),
+        ),
+    ),
+    Row(
+        "push-config-unusable-url",
+        jsonrpc=(
+            rpc(envelope("CreateTaskPushNotificationConfig", {"taskId": DONE, **HOOK_UNUSABLE_URL})),
+            rpc_invalid_params("url"),
+        ),
+        rest=(rest("POST", f"/tasks/{DONE}/pushNotificationConfigs", HOOK_UNUSABLE_URL), rest_invalid_params("url")),
+    ),
+    Row(
+        "inline-push-config-token-with-crlf",
+        jsonrpc=(
+            rpc(envelope("SendMessage", {"message": message(), "configuration": INLINE_CRLF_TOKEN})),
+            rpc_invalid_params("configuration.taskPushNotificationConfig.token"),
+        ),
+        rest=(
+            rest("POST", "/message:send", {"message": message(), "configuration": INLINE_CRLF_TOKEN}),
+            rest_invalid_params("configuration.taskPushNotificationConfig.token"),
+        ),
+    ),
     # ".." is removed from a URL path by the client before it is sent: such a config could never be fetched over REST.
     Row(
         "push-config-dot-dot-id",
@@ -327,6 +373,12 @@ CASES = [
     for row in ROWS
     for binding in ("jsonrpc", "rest")
     if getattr(row, binding) is not None
+]
+SECRET_CASES = [
+    pytest.param(row, binding, id=f"{row.name}-{binding}")
+    for row in ROWS
+    for binding in ("jsonrpc", "rest")
+    if getattr(row, binding) is not None and SECRET.encode() in (getattr(row, binding)[0].body or b"")
 ]
 FIELD_CASES = [
     pytest.param(
@@ -457,6 +509,15 @@ def test_bad_input_row(http: httpx.Client, done_task: str, row: Row, binding: st
     response = send_call(http, call, done_task)
     check_error(response, binding, expect)
     assert_serves(http, binding)
+
+
+@pytest.mark.parametrize(("row", "binding"), SECRET_CASES)
+def test_a_refused_credential_is_never_echoed(http: httpx.Client, done_task: str, row: Row, binding: str) -> None:
+    """Errors reach logs and clients' screens: the one about a bad token or credentials names the field only."""
+    call, expect = getattr(row, binding)
+    response = send_call(http, call, done_task)
+    assert response.status_code == expect.http, response.text
+    assert SECRET not in response.text
 
 
 @pytest.mark.parametrize(("row", "binding"), FIELD_CASES)

@@ -6,6 +6,7 @@ Waits are on asyncio primitives the callbacks set (bounded by ``asyncio.wait_for
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,9 @@ from relaykit.push import (
     WebhookGuard,
     WebhookReceiver,
 )
+from relaykit.push._rate import NotificationGate
 from relaykit.server import CallContext, EventQueue
-from relaykit.types import Message, SendMessageRequest, TaskPushNotificationConfig
+from relaykit.types import AuthenticationInfo, Message, SendMessageRequest, TaskPushNotificationConfig
 
 FAST = DeliveryPolicy(timeout=5.0, backoff=0.02, max_backoff=0.1, max_attempts=5)
 WAIT = 30.0
@@ -334,3 +336,88 @@ async def test_a_config_put_before_a_new_tasks_first_published_event_receives_it
         events = await collector.until(terminal)
     assert [e.status_update.status.state for e in events if e.status_update] == [TaskState.COMPLETED]
     assert task_id not in store_reads
+
+
+@pytest.mark.parametrize(
+    "unusable",
+    [
+        {"token": "s3cr3t-token\r\nX-Injected: 1"},
+        {"token": "s3cr3t-t\u00f6ken"},
+        {"authentication": AuthenticationInfo(scheme="Bearer", credentials="s3cr3t-cr\u00e9dentials")},
+        {"url": "http://xn--zz/hook"},
+    ],
+    ids=["crlf-token", "non-ascii-token", "non-ascii-credentials", "invalid-idna-host"],
+)
+async def test_a_stored_config_no_request_can_carry_ends_as_dead_letters(
+    recorder: Recorder, caplog: pytest.LogCaptureFixture, unusable: dict[str, Any]
+) -> None:
+    """A config the config-time checks would refuse, already in the store (put there directly, or by an older
+    version): each attempt fails like any other failure, so its notifications are dead letters after the policy's
+    attempts (not one entry retried every second, with a traceback each time, until max_age), and neither the
+    delivery errors nor the log quote its header values."""
+    caplog.set_level(logging.INFO, logger="relaykit")
+    paused = Paused()
+    policy = DeliveryPolicy(timeout=5.0, backoff=0.01, max_backoff=0.02, max_attempts=3)
+    app = create_app(paused, store="memory", push_allow=("127.0.0.1",), push_policy=policy)
+    server = app.state.relaykit
+    async with serving(app) as agent_url, httpx.AsyncClient() as http:
+        body = {"message": {"messageId": "m-unusable", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
+        answer = asyncio.create_task(http.post(f"{agent_url}/message:send", json=body, headers=A2A, timeout=WAIT))
+        task_id = await asyncio.wait_for(paused.started, WAIT)
+        fields = {"url": recorder.url("/unusable"), **unusable}
+        config = TaskPushNotificationConfig(id="unusable", task_id=task_id, **fields)
+        await server.handler.push_store.put(config)  # past the handler's checks
+        paused.go.set()
+        reply = await asyncio.wait_for(answer, WAIT)
+        assert reply.json()["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        sender = server.push_sender
+        await asyncio.wait_for(sender.drained(), WAIT)
+        dead = await sender.dead_letters(task_id)
+        [health] = await sender.health(task_id)
+    assert dead
+    assert [e.attempts for e in dead] == [policy.max_attempts] * len(dead)
+    assert (health.pending, health.dead, health.failures) == (0, len(dead), policy.max_attempts * len(dead))
+    assert recorder.records("/unusable") == []
+    errors = [e.last_error for e in dead] + [health.last_error]
+    assert all(errors), errors
+    assert not [e for e in errors if "s3cr3t" in e], errors
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []
+    assert "s3cr3t" not in caplog.text
+
+
+async def test_after_coalesced_chunks_the_next_notification_is_the_task_as_it_stands() -> None:
+    """Chunks beyond a task's notification budget are not sent (push._rate); a receiver that rebuilds the streamed
+    artifact from the deltas (``append``) would then miss them. The notification after a dropped one (here the
+    terminal one) is a ``{"task": ...}`` snapshot, so the receiver ends with the whole artifact."""
+    collector = Collector()
+    app = create_app(chunks, store="memory", push_allow=("127.0.0.1",), push_policy=FAST)
+    sender = app.state.relaykit.push_sender
+    sender.gate = NotificationGate(rate=0.001, burst=3)  # three chunks notified, the others coalesced
+
+    def done(events: list[StreamResponse]) -> bool:
+        last = events[-1] if events else None
+        status = last.task.status if last is not None and last.task else None
+        return terminal(events) or (status is not None and status.state.is_terminal)
+
+    async with serving(WebhookReceiver(collector)) as hook, serving(app) as agent_url, httpx.AsyncClient() as http:
+        await send(http, agent_url, "20", {"url": hook})
+        events = await collector.until(done)
+    # What a receiver rebuilds: a snapshot replaces the artifacts, an append update extends its artifact.
+    artifacts: dict[str, list[str]] = {}
+    for event in events:
+        if event.task is not None:
+            artifacts = {a.artifact_id: [p.text for p in a.parts] for a in event.task.artifacts}
+        elif event.artifact_update is not None:
+            update = event.artifact_update
+            texts = [p.text for p in update.artifact.parts]
+            if update.append:
+                artifacts.setdefault(update.artifact.artifact_id, []).extend(texts)
+            else:
+                artifacts[update.artifact.artifact_id] = texts
+    assert list(artifacts.values()) == [[f"chunk {i}" for i in range(20)]]
+    kinds = [next(iter(e.to_dict())) for e in events]
+    assert kinds[-1] == "task"
+    snapshot = events[-1].task
+    assert snapshot is not None
+    assert snapshot.status.state is TaskState.COMPLETED
+    assert kinds.count("artifactUpdate") == 3

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from relaykit.assembly._signing import CardSigner
+from relaykit.backends._base import delete_task_configs
 from relaykit.push._sender import PushSender
 from relaykit.push._signing import PushSigner
 from relaykit.server._engine import TaskEngine
@@ -123,7 +124,7 @@ class A2AServer:
             try:
                 cutoff = datetime.now(UTC) - timedelta(seconds=retention)
                 if interrupted:
-                    count = await self.engine.store.purge(cutoff, interrupted=True)
+                    count = await self._purge_tasks(cutoff, interrupted=True)
                     if count:
                         log.info("purged %d %s task(s) older than %s", count, kind, cutoff.isoformat())
                 else:
@@ -142,11 +143,27 @@ class A2AServer:
     async def purge(self, cutoff: datetime) -> tuple[int, int, int]:
         """Retention: terminal tasks, push dead letters and idle delivery-health rows older than ``cutoff``; returns
         how many of each were removed."""
-        tasks = await self.engine.store.purge(cutoff)
+        tasks = await self._purge_tasks(cutoff)
         dead = health = 0
         if self.push_sender is not None:
             dead, health = await self.push_sender.outbox.purge(cutoff.timestamp())
         return tasks, dead, health
+
+    async def _purge_tasks(self, cutoff: datetime, *, interrupted: bool = False) -> int:
+        """Purge the tasks (terminal, or ``interrupted`` ones) older than ``cutoff``, and their push configs with
+        them: a config (its token and credentials with it) must not outlive its task. Returns the task count.
+
+        The configs go after the tasks: a crash in between leaves those configs behind (of tasks no one can reach).
+        """
+        purged: list[tuple[str, str, str]] = []
+        count = await self.engine.store.purge(cutoff, interrupted=interrupted, purged=purged)
+        if purged:
+            configs = await delete_task_configs(self.handler.push_store, purged)
+            if configs:
+                logging.getLogger("relaykit.retention").info(
+                    "purged %d push config(s) of %d purged task(s)", configs, len(purged)
+                )
+        return count
 
     async def stop(self) -> None:
         """Drain running executions for the grace period, fail the rest, close stores."""

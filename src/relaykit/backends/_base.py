@@ -40,6 +40,7 @@ __all__ = [
     "TaskQuery",
     "TaskRecord",
     "TaskStore",
+    "delete_task_configs",
     "failed_status",
     "from_epoch",
 ]
@@ -132,9 +133,16 @@ class TaskStore(Protocol):
         under), and ``failed`` (when given) receives each task as now stored.
         """
 
-    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
+    async def purge(
+        self,
+        before: datetime,
+        *,
+        interrupted: bool = False,
+        purged: builtins.list[tuple[str, str, str]] | None = None,
+    ) -> int:
         """Delete terminal tasks (``interrupted=True``: INPUT_REQUIRED / AUTH_REQUIRED ones instead) whose status
-        timestamp is older than ``before``; returns the count."""
+        timestamp is older than ``before``; returns the count. ``purged`` (when given) receives the
+        ``(tenant, owner, task id)`` of each task deleted (so their push configs can go with them)."""
 
 
 def failed_status(reason: str) -> TaskStatus:
@@ -250,6 +258,22 @@ class PushConfigStore(Protocol):
 
     async def delete(self, task_id: str, config_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
         """Remove one config; ``True`` when something was removed. Deleting a missing config is not an error."""
+
+
+async def delete_task_configs(store: PushConfigStore, tasks: builtins.list[tuple[str, str, str]]) -> int:
+    """Remove every push config of ``tasks`` (``(tenant, owner, task id)`` each, e.g. purged by retention); returns
+    how many were removed. A store may do it in bulk (an optional ``delete_tasks(tasks) -> int``, which relaykit's
+    stores have); for one that has not, each task's configs are listed and deleted one by one."""
+    if not tasks:
+        return 0
+    bulk = getattr(store, "delete_tasks", None)
+    if bulk is not None:
+        return int(await bulk(tasks))
+    removed = 0
+    for tenant, owner, task_id in tasks:
+        for config in await store.list(task_id, tenant=tenant, owner=owner):
+            removed += await store.delete(task_id, config.id, tenant=tenant, owner=owner)
+    return removed
 
 
 # --- push notification outbox ------------------------------------------------------------------------------------

@@ -6,11 +6,12 @@ not read the store, and keeps the cache right across this process's writes and (
 
 from __future__ import annotations
 
+import builtins
 import collections
 from collections.abc import Callable
 
 from relaykit._types import TaskPushNotificationConfig
-from relaykit.backends._base import PushConfigStore, StreamKey
+from relaykit.backends._base import PushConfigStore, StreamKey, delete_task_configs
 
 __all__ = ["ConfigCache", "TaskKey"]
 
@@ -113,4 +114,19 @@ class ConfigCache:
             self.on_delete((tenant, owner, task_id, config_id))
         if removed and self.on_change is not None:
             self.on_change((tenant, owner, task_id))
+        return removed
+
+    async def delete_tasks(self, tasks: builtins.list[TaskKey]) -> int:
+        """Remove every config of ``tasks`` (retention purged them); returns how many were removed.
+
+        Their cached entries go. Nothing is announced to other replicas (one announcement per task of a purge would
+        flood them): a purged task has no events to notify, the API answers "task not found" for it whatever they
+        cached, and their caches forget it in LRU order. A stream still queued for such a config finds it gone at
+        its next attempt and is discarded (``StreamDelivery._step``).
+        """
+        self._writes += 1
+        removed = await delete_task_configs(self.store, tasks)
+        self._writes += 1
+        for key in tasks:
+            self._entries.pop(key, None)
         return removed

@@ -176,7 +176,14 @@ class StreamDelivery:
             writer.dead(entry, None)
             return True
         async with self._slots:
-            ok, error, retry_after = await self.deliver(entry, config)
+            try:
+                ok, error, retry_after = await self.deliver(entry, config)
+            except Exception as exc:
+                # Whatever one attempt raises (cancellation aside) is a failed attempt, so the retry limit and the
+                # suspension end it: retried as it is, it would fail again every second until max_age. The error
+                # is the exception's type alone: a message may quote a header value (a credential).
+                ok, error, retry_after = False, f"{type(exc).__name__}: the delivery attempt failed", None
+                log.warning("task %s: push delivery to config %s failed: %s", key[2], key[3], error)
         now = time.time()
         entry.attempts += 1
         if not stream.queue or stream.queue[0] is not entry:

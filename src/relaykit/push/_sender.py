@@ -40,7 +40,7 @@ import httpx
 
 from relaykit._enums import TaskState
 from relaykit._ids import inline_config_id
-from relaykit._types import Message, Task, TaskStatusUpdateEvent
+from relaykit._types import Message, Task, TaskStatusUpdateEvent, stream_json
 from relaykit._v03 import push_body
 from relaykit.backends._base import (
     DeliveryHealth,
@@ -53,7 +53,7 @@ from relaykit.push._config_cache import ConfigCache, TaskKey
 from relaykit.push._delivery import StreamDelivery
 from relaykit.push._outbox import OutboxWriter
 from relaykit.push._policy import DeliveryPolicy
-from relaykit.push._rate import NotificationGate
+from relaykit.push._rate import DROP, SNAPSHOT, NotificationGate
 from relaykit.push._signing import PushSigner
 from relaykit.push._ssrf import WebhookGuard
 from relaykit.push._suspend import Suspensions
@@ -261,8 +261,15 @@ class PushSender(StreamDelivery):
         configs = await self.configs.for_task(key)
         if not configs:
             return
-        if self.events == "all" and not self.gate.allow(task_id, state):
-            return  # over the task's notification budget: coalesced into its next one (push._rate)
+        snapshot: bytes | None = None
+        if self.events == "all":
+            admitted = self.gate.admit(task_id, state)
+            if admitted == DROP:
+                return  # over the task's notification budget: coalesced into its next one (push._rate)
+            if admitted == SNAPSHOT and record is not None and not isinstance(event, Task):
+                # An event was dropped since the last notification: a delta now would leave the receiver a gap (an
+                # ``append`` artifact missing its dropped chunks), so this one carries the task as it stands.
+                snapshot = stream_json(record.task)
         now = time.time()
         legacy: bytes | None = None
         trace = traceparent = None
@@ -275,12 +282,12 @@ class PushSender(StreamDelivery):
                 if self.telemetry is not None:
                     self.telemetry.push_outcome("suspended")
                 continue  # its receiver keeps failing: not attempted, not stored (push._suspend)
-            body = data
+            body = data if snapshot is None else snapshot
             if config.protocol_version:
                 # A webhook registered over A2A 0.3 gets what 0.3 sends: the task as it stands, in the 0.3 shape.
                 if legacy is None and record is not None:
                     legacy = push_body(record.task)
-                body = legacy if legacy is not None else data
+                body = legacy if legacy is not None else body
             writer.add(
                 OutboxEntry(
                     event_id=uuid.uuid4().hex,

@@ -108,6 +108,11 @@ async def post_webhook(
                         break
     except (TimeoutError, httpx.TimeoutException):
         return False, f"timed out after {within:g} s", None
+    except (httpx.LocalProtocolError, httpx.InvalidURL, UnicodeError) as exc:
+        # A request that could not be written: a header value httpx cannot encode as ASCII (UnicodeEncodeError) or
+        # h11 refuses (CR/LF: LocalProtocolError), or a URL it cannot use. Their messages quote the offending value,
+        # which may be a credential: the error (shown to the config's owner, logged) names the kind alone.
+        return False, f"{type(exc).__name__}: the request could not be sent (invalid header value or URL)", None
     except httpx.HTTPError as exc:
         return False, f"{type(exc).__name__}: {exc}"[:500], None
     finally:

@@ -7,8 +7,11 @@ Every business rule a binding might be tempted to repeat lives here and raises c
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+
+import httpx
 
 from relaykit._card import AgentCard
 from relaykit._enums import TaskState
@@ -47,6 +50,28 @@ from relaykit.telemetry._seam import Telemetry
 __all__ = ["ExtendedCardProvider", "RequestHandler", "trim_history"]
 
 ExtendedCardProvider = AgentCard | Callable[[CallContext], Awaitable[AgentCard]]
+
+# What a push config's token, scheme and credentials must be to go out as header values: an RFC 9110 field-value
+# in ASCII (httpx encodes header values as ASCII; h11 under it refuses control characters, CR/LF included, and
+# whitespace at either end). Anything else fails every delivery attempt, so it is refused when the config is stored.
+_FIELD_VALUE = re.compile(r"[\x21-\x7e]+(?:[ \t]+[\x21-\x7e]+)*")
+_NOT_A_FIELD_VALUE = "not a valid HTTP header value: only visible ASCII characters, with spaces or tabs between them"
+
+
+def _webhook_url_problem(url: str) -> str | None:
+    """Why httpx could not POST to ``url`` (the SSRF guard's own rules come after), or ``None``."""
+    try:
+        parsed = httpx.URL(url)
+        host, port = parsed.host, parsed.port  # (the host is IDNA-decoded on first use: it may raise too)
+    except (httpx.InvalidURL, ValueError) as exc:  # (an IDNA error is a ValueError, not an InvalidURL)
+        return f"not a valid URL ({exc})"
+    if parsed.scheme not in ("http", "https"):
+        return f"the scheme must be http or https (got {parsed.scheme or 'none'!r})"
+    if not host:
+        return "the URL has no host"
+    if port is not None and not 0 < port < 65536:
+        return "its port is out of range"
+    return None
 
 
 def trim_history(task: Task, history_length: int | None) -> Task:
@@ -164,19 +189,31 @@ class RequestHandler:
         if not self.push:
             raise PushNotificationNotSupportedError()
 
-    async def _check_inline_push(self, request: SendMessageRequest) -> None:
+    async def _check_inline_push(self, request: SendMessageRequest, call: CallContext) -> None:
         config = request.configuration.task_push_notification_config if request.configuration else None
         if config is None:
             return
         self._require_push()
         await self._check_push_config(config, "configuration.taskPushNotificationConfig.")
+        message = request.message
+        if message.task_id:
+            # A follow-up's config joins the configs its task has (each message without a config id adds one): the
+            # cap CreateTaskPushNotificationConfig keeps holds for it too, checked before the message runs.
+            legacy = bool(config.protocol_version)
+            config_id = inline_config_id(config.id, message.task_id, message.message_id, legacy=legacy)
+            await self._check_push_cap(message.task_id, config_id, request.tenant or call.tenant, call)
 
     async def _check_push_config(self, config: TaskPushNotificationConfig, where: str) -> None:
         """What a push config must be before it is stored, whichever binding or operation carried it (``where``:
-        the prefix of its field paths in errors): REQUIRED fields set, an id every binding can address, a URL the
-        SSRF guard lets through."""
+        the prefix of its field paths in errors): REQUIRED fields set, a URL httpx can POST to, a token, scheme and
+        credentials that can be sent as header values, an id every binding can address, a URL the SSRF guard lets
+        through."""
         if not config.url:
             raise InvalidParamsError(f"{where}url is required", field_violations=[(f"{where}url", "required")])
+        problem = _webhook_url_problem(config.url)
+        if problem is not None:
+            field = f"{where}url"
+            raise InvalidParamsError(f"{field} cannot be used: {problem}", field_violations=[(field, problem)])
         # A REQUIRED string is refused empty as well as absent: proto3 cannot tell the two apart (the gRPC binding
         # decodes "" as absent), so the JSON bindings must not accept what gRPC refuses.
         if config.authentication is not None and not config.authentication.scheme:
@@ -185,6 +222,7 @@ class RequestHandler:
                 f"{field} is required when authentication is given (e.g. Bearer)",
                 field_violations=[(field, "required")],
             )
+        self._check_header_values(config, where)
         # Client-chosen ids: the HTTP+JSON routes take any character in an id, percent-encoded (the REST binding
         # matches on the path as sent). Only "." and ".." cannot be a path segment: clients remove them as dot
         # segments (RFC 3986 §5.2.4) before sending, so such a config could be created but never fetched or
@@ -198,13 +236,38 @@ class RequestHandler:
         if self.push_url_check is not None:
             await self.push_url_check(config.url, f"{where}url")
 
+    @staticmethod
+    def _check_header_values(config: TaskPushNotificationConfig, where: str) -> None:
+        """The fields every delivery sends as header values; the error names the field, never its value (a
+        credential)."""
+        auth = config.authentication
+        for name, value in (
+            ("token", config.token),
+            ("authentication.scheme", auth.scheme if auth is not None else ""),
+            ("authentication.credentials", auth.credentials if auth is not None else ""),
+        ):
+            if value and _FIELD_VALUE.fullmatch(value) is None:
+                field = f"{where}{name}"
+                raise InvalidParamsError(
+                    f"{field} is {_NOT_A_FIELD_VALUE}", field_violations=[(field, _NOT_A_FIELD_VALUE)]
+                )
+
+    async def _check_push_cap(self, task_id: str, config_id: str, tenant: str, call: CallContext) -> None:
+        """``Quotas.push_configs``: a task holds at most that many configs; storing one more (``config_id`` new to
+        the task, or empty: the server assigns one) is refused, replacing one of them is not."""
+        cap = self.quotas.quotas.push_configs
+        if cap > 0:
+            existing = await self.push_store.list(task_id, tenant=tenant, owner=call.user)
+            if len(existing) >= cap and all(c.id != config_id for c in existing):
+                raise exhausted(f"task {task_id} already has {cap} push notification configs", 60)
+
     # --- messages ----------------------------------------------------------------------------------------
 
     async def send_message(self, request: SendMessageRequest, call: CallContext) -> SendMessageResponse | Encoded:
         """SendMessage."""
         config = request.configuration
         if config is not None and config.task_push_notification_config is not None:
-            await self._check_inline_push(request)
+            await self._check_inline_push(request, call)
         result = await self.engine.send_raw(request, call)
         # (The common answer is bytes: a type test first spares an isinstance against a model class that fails.)
         if type(result) is not bytes and isinstance(result, Message):
@@ -220,7 +283,7 @@ class RequestHandler:
     async def send_streaming_message(self, request: SendMessageRequest, call: CallContext) -> AsyncIterator[StreamItem]:
         """SendStreamingMessage: (seq, event, encoded StreamResponse) items."""
         self._require_streaming()
-        await self._check_inline_push(request)
+        await self._check_inline_push(request, call)
         hold = await self.quotas.open_stream(call.user)
         items: AsyncIterator[StreamItem] = self.engine.stream(request, call)
         config = request.configuration
@@ -343,11 +406,7 @@ class RequestHandler:
         """CreateTaskPushNotificationConfig: the server assigns an id when none is given."""
         tenant = await self._push_scope(request.tenant, request.task_id, call)
         await self._check_push_config(request, "")
-        cap = self.quotas.quotas.push_configs
-        if cap > 0:
-            existing = await self.push_store.list(request.task_id, tenant=tenant, owner=call.user)
-            if len(existing) >= cap and all(c.id != request.id for c in existing):
-                raise exhausted(f"task {request.task_id} already has {cap} push notification configs", 60)
+        await self._check_push_cap(request.task_id, request.id, tenant, call)
         config = request.model_copy(update={"id": request.id or new_id(), "tenant": tenant})
         await self.push_store.put(config, owner=call.user)
         return config

@@ -14,7 +14,8 @@ Invariants:
 * Concurrent executions and queued messages (accepted, not yet running) per principal: counted by the runner
   (``Runner._enqueue`` / ``_run``), next to the global counts.
 * Open streams per principal: counted from a stream's start to its end, however it ends.
-* Push configs per task (every principal): at most ``push_configs``; the next create is refused.
+* Push configs per task (every principal): at most ``push_configs``; the next create is refused, and so is a
+  follow-up message whose inline config would be one more (``RequestHandler._check_push_cap``).
 * Scale-out (``QuotaLedger(shared=...)``, the Redis ``RedisQuotas``): every count above is kept in one place for all
   replicas, each check one atomic round trip; executions and queued messages are counted when a replica accepts the
   message (before anything is stored), released by the worker that starts / ends them. A shared hold lives

@@ -188,12 +188,20 @@ class MemoryTaskStore:
                 count += 1
         return count
 
-    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
+    async def purge(
+        self,
+        before: datetime,
+        *,
+        interrupted: bool = False,
+        purged: builtins.list[tuple[str, str, str]] | None = None,
+    ) -> int:
         limit = timestamp_us(before)
         states = _INTERRUPTED if interrupted else _TERMINAL
         doomed = [k for k, row in self._rows.items() if row[_STATE] in states and _key(row)[0] < limit]
         for task_id in doomed:
-            del self._rows[task_id]
+            row = self._rows.pop(task_id)
+            if purged is not None:
+                purged.append((row[_TENANT], row[_OWNER], task_id))
         return len(doomed)
 
     # --- TaskClaims ---------------------------------------------------------------------------------------------
@@ -306,6 +314,10 @@ class MemoryPushConfigStore:
         if not configs:
             del self._configs[(tenant, owner, task_id)]
         return True
+
+    async def delete_tasks(self, tasks: builtins.list[tuple[str, str, str]]) -> int:
+        """Remove every config of these ``(tenant, owner, task id)`` tasks; returns how many were removed."""
+        return sum(len(self._configs.pop(key, ())) for key in tasks)
 
 
 class _Health:

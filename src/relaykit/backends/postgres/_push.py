@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import TYPE_CHECKING, Any
 
 from relaykit._types import TaskPushNotificationConfig
@@ -46,6 +47,10 @@ class PostgresPushConfigStore(AttachedStore[Database]):
         self._sql_get = f"SELECT body FROM {p} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND id = $4"
         self._sql_list = f"SELECT body FROM {p} WHERE tenant = $1 AND owner = $2 AND task_id = $3 ORDER BY seq"
         self._sql_delete = f"DELETE FROM {p} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND id = $4"
+        self._sql_delete_tasks = (
+            f"DELETE FROM {p} AS c USING unnest($1::text[], $2::text[], $3::text[]) AS k(tenant, owner, task_id) "
+            "WHERE c.tenant = k.tenant AND c.owner = k.owner AND c.task_id = k.task_id"
+        )
 
     @property
     def namespace(self) -> str:
@@ -93,3 +98,15 @@ class PostgresPushConfigStore(AttachedStore[Database]):
             return str(await conn.execute(self._sql_delete, tenant, owner, task_id, config_id))
 
         return rowcount(await self._db.run(job)) > 0
+
+    async def delete_tasks(self, tasks: builtins.list[tuple[str, str, str]]) -> int:
+        """Remove every config of these ``(tenant, owner, task id)`` tasks (one statement); returns the count."""
+        keys = [key for key in tasks if not has_nul(*key)]
+        if not keys:
+            return 0
+        tenants, owners, task_ids = ([key[i] for key in keys] for i in range(3))
+
+        async def job(conn: Any) -> str:
+            return str(await conn.execute(self._sql_delete_tasks, tenants, owners, task_ids))
+
+        return rowcount(await self._db.run(job))

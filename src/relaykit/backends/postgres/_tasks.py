@@ -459,10 +459,14 @@ class PostgresTaskStore(AttachedStore[Database]):
 
     async def first_messages(self, since: datetime, limit: int) -> builtins.list[tuple[str, str, str, str, str, int]]:
         """``(tenant, owner, messageId, task id, context id, status time in µs)`` of the message that started each
-        task whose status changed since ``since`` (at most ``limit``): refills the idempotency window on start."""
+        task whose status changed since ``since`` (at most ``limit``, the most recent): refills the idempotency window
+        on start."""
+        # Newest first: when more than ``limit`` tasks changed within the window, the most recent are the ones a
+        # retry names.
         sql = (
             "SELECT tenant, owner, convert_from(body, 'UTF8')::jsonb #>> '{history,0,messageId}', id, context_id, "
-            f"status_ts FROM {self._table} WHERE state = ANY($1::text[]) AND status_ts >= $2 LIMIT $3"
+            f"status_ts FROM {self._table} WHERE state = ANY($1::text[]) AND status_ts >= $2 "
+            "ORDER BY status_ts DESC, id DESC LIMIT $3"
         )
         states = [state.value for state in TaskState]
         await self._untold.settle_all()
@@ -507,9 +511,23 @@ class PostgresTaskStore(AttachedStore[Database]):
 
         return await self._db.run(job)
 
-    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
+    async def purge(
+        self,
+        before: datetime,
+        *,
+        interrupted: bool = False,
+        purged: builtins.list[tuple[str, str, str]] | None = None,
+    ) -> int:
         limit = timestamp_us(before)
         states = _INTERRUPTED if interrupted else _TERMINAL
+        if purged is not None:
+
+            async def keyed(conn: Any) -> builtins.list[Any]:
+                return list(await conn.fetch(self._sql_purge + " RETURNING tenant, owner, id", states, limit))
+
+            rows = await self._db.run(keyed)
+            purged.extend((str(r[0]), str(r[1]), str(r[2])) for r in rows)
+            return len(rows)
 
         async def job(conn: Any) -> str:
             return str(await conn.execute(self._sql_purge, states, limit))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 import sqlite3
 
 from relaykit._types import TaskPushNotificationConfig
 from relaykit.backends._handle import AttachedStore
-from relaykit.backends.sqlite._db import Database
+from relaykit.backends.sqlite._db import Database, transaction
 from relaykit.backends.sqlite._tasks import SQLiteTaskStore
 
 __all__ = ["SQLitePushConfigStore"]
@@ -40,6 +41,7 @@ class SQLitePushConfigStore(AttachedStore[Database]):
         self._sql_list = f"SELECT body FROM {p} WHERE tenant = ? AND owner = ? AND task_id = ? ORDER BY seq"
         self._sql_delete = f"DELETE FROM {p} WHERE tenant = ? AND owner = ? AND task_id = ? AND id = ?"
         self._sql_any = f"SELECT 1 FROM {p} LIMIT 1"
+        self._sql_delete_task = f"DELETE FROM {p} WHERE tenant = ? AND owner = ? AND task_id = ?"
 
     @property
     def path(self) -> str:
@@ -86,3 +88,12 @@ class SQLitePushConfigStore(AttachedStore[Database]):
             return conn.execute(self._sql_delete, (tenant, owner, task_id, config_id)).rowcount > 0
 
         return await self._db.run(job)
+
+    async def delete_tasks(self, tasks: builtins.list[tuple[str, str, str]]) -> int:
+        """Remove every config of these ``(tenant, owner, task id)`` tasks (one transaction); returns the count."""
+
+        def job(conn: sqlite3.Connection) -> int:
+            with transaction(conn):
+                return conn.executemany(self._sql_delete_task, tasks).rowcount
+
+        return await self._db.run(job) if tasks else 0

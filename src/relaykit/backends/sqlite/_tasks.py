@@ -69,6 +69,9 @@ class SQLiteTaskStore(AttachedStore[Database]):
         self._sql_purge_interrupted = (
             f"DELETE FROM {t} WHERE state IN ({', '.join('?' * len(_INTERRUPTED))}) AND status_ts < ?"
         )
+        # The keys of the rows each purge removes, for the push configs that go with them (``purge(purged=...)``).
+        self._sql_purge_keys = self._sql_purge.replace("DELETE", "SELECT tenant, owner, id", 1)
+        self._sql_purge_interrupted_keys = self._sql_purge_interrupted.replace("DELETE", "SELECT tenant, owner, id", 1)
         self._table = t
 
     @property
@@ -173,13 +176,15 @@ class SQLiteTaskStore(AttachedStore[Database]):
 
     async def first_messages(self, since: datetime, limit: int) -> builtins.list[tuple[str, str, str, str, str, int]]:
         """``(tenant, owner, messageId, task id, context id, status time in µs)`` of the message that started each
-        task whose status changed since ``since`` (at most ``limit``): refills the idempotency window on start."""
+        task whose status changed since ``since`` (at most ``limit``, the most recent): refills the idempotency window
+        on start."""
         states = tuple(state.value for state in TaskState)
-        # ``state IN (every state)``: the (state, status_ts) index serves the range, no scan of every body.
+        # ``state IN (every state)``: the (state, status_ts) index serves the range, no scan of every body. Newest
+        # first: when more than ``limit`` tasks changed within the window, the most recent are the ones a retry names.
         sql = (
             f"SELECT tenant, owner, json_extract(CAST(body AS TEXT), '$.history[0].messageId'), id, context_id, "
             f"status_ts FROM {self._table} WHERE state IN ({', '.join('?' * len(states))}) AND status_ts >= ? "
-            "LIMIT ?"
+            "ORDER BY status_ts DESC, id DESC LIMIT ?"
         )
 
         def job(conn: sqlite3.Connection) -> builtins.list[tuple[str, str, str, str, str, int]]:
@@ -206,11 +211,28 @@ class SQLiteTaskStore(AttachedStore[Database]):
 
         return await self._db.run(job)
 
-    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:
+    async def purge(
+        self,
+        before: datetime,
+        *,
+        interrupted: bool = False,
+        purged: builtins.list[tuple[str, str, str]] | None = None,
+    ) -> int:
         limit = timestamp_us(before)
-        sql, states = (self._sql_purge_interrupted, _INTERRUPTED) if interrupted else (self._sql_purge, _TERMINAL)
+        states: tuple[str, ...]
+        if interrupted:
+            sql, keys_sql, states = self._sql_purge_interrupted, self._sql_purge_interrupted_keys, _INTERRUPTED
+        else:
+            sql, keys_sql, states = self._sql_purge, self._sql_purge_keys, _TERMINAL
 
         def job(conn: sqlite3.Connection) -> int:
-            return conn.execute(sql, (*states, limit)).rowcount
+            if purged is None:
+                return conn.execute(sql, (*states, limit)).rowcount
+            # The rows the DELETE removes, read in its transaction (not RETURNING: that needs SQLite 3.35).
+            with transaction(conn):
+                keys = conn.execute(keys_sql, (*states, limit)).fetchall()
+                count = conn.execute(sql, (*states, limit)).rowcount
+            purged.extend((str(k[0]), str(k[1]), str(k[2])) for k in keys)
+            return count
 
         return await self._db.run(job)
