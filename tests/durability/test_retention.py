@@ -158,3 +158,29 @@ async def test_the_retention_purge_removes_the_push_configs_of_the_tasks_it_purg
             assert [c.id for c in await again.handler.push_store.list(kept.id)] == ["a", "b"]
         finally:
             await again.stop()
+
+
+class _EarlierStore(MemoryTaskStore):
+    """A custom store written against the earlier ``TaskStore`` protocol: its ``purge`` takes no ``purged=``."""
+
+    async def purge(self, before: datetime, *, interrupted: bool = False) -> int:  # type: ignore[override]
+        return await super().purge(before, interrupted=interrupted)
+
+
+async def test_a_store_whose_purge_names_nothing_still_purges() -> None:
+    """Retention keeps working on a custom store that cannot say which tasks it deleted (their configs stay)."""
+
+    @agent
+    async def echo(context: object) -> str:
+        return "ok"
+
+    server = assemble(echo, store=_EarlierStore())
+    await server.start()
+    try:
+        done = await server.engine.send(SendMessageRequest(message=Message.user("old")), CallContext())
+        assert isinstance(done, Task)
+        removed = await server.purge(datetime.now(UTC) + timedelta(days=1))
+        assert removed[0] == 1
+        assert await server.engine.store.get(done.id) is None
+    finally:
+        await server.stop()

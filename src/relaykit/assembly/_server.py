@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -155,8 +156,12 @@ class A2AServer:
 
         The configs go after the tasks: a crash in between leaves those configs behind (of tasks no one can reach).
         """
+        store = self.engine.store
+        if not _names_purged(store):
+            # A store written before ``purge`` could name what it deleted: its tasks go, their configs stay.
+            return await store.purge(cutoff, interrupted=interrupted)
         purged: list[tuple[str, str, str]] = []
-        count = await self.engine.store.purge(cutoff, interrupted=interrupted, purged=purged)
+        count = await store.purge(cutoff, interrupted=interrupted, purged=purged)
         if purged:
             configs = await delete_task_configs(self.handler.push_store, purged)
             if configs:
@@ -210,3 +215,13 @@ class A2AServer:
         except Exception:
             return "event bus unreachable"
         return None
+
+
+def _names_purged(store: Any) -> bool:
+    """Whether ``store.purge`` takes ``purged=`` (relaykit's stores do; a custom store written against the earlier
+    ``TaskStore`` protocol may not, and must keep working)."""
+    try:
+        parameters = inspect.signature(store.purge).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a purge without a signature
+        return False
+    return "purged" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
