@@ -512,7 +512,10 @@ async def test_first_messages_keeps_the_newest_tasks_when_more_fall_in_the_windo
     tasks when more than ``limit`` changed within it: a retry of a recent message is what it must recognise."""
     first_messages = getattr(store, "first_messages", None)
     if first_messages is None:
-        pytest.skip("this store has no first_messages (it keeps nothing across a restart)")
+        # Only the memory store has none: it keeps nothing across a restart, so there is no window to refill (the
+        # engine asks for the method the same way, ``TaskEngine``'s start-up refill).
+        assert isinstance(store, MemoryTaskStore)
+        return
     for i in range(10):
         await insert(store, make_task(f"t{i}", state=TaskState.COMPLETED, ts=at(i)))
     rows = await first_messages(at(0), 4)
