@@ -7,6 +7,8 @@ client that polls the card does; the app runs in-process (``httpx.ASGITransport`
 from __future__ import annotations
 
 import calendar
+import math
+import time
 from collections.abc import AsyncIterator
 from email.utils import formatdate, parsedate_tz
 from typing import Any
@@ -126,3 +128,37 @@ async def test_if_match_and_if_unmodified_since_come_first(card: Served) -> None
 def test_evaluate(headers: list[tuple[bytes, bytes]], expected: int) -> None:
     scope: dict[str, Any] = {"headers": headers}
     assert evaluate(scope, b'"e"', 1000) == expected
+
+
+def _growth_exponent(sizes: list[int], times: list[float]) -> float:
+    """The least-squares slope of log(time) against log(size): 1 for a linear cost, 2 for a quadratic one."""
+    xs = [math.log(n) for n in sizes]
+    ys = [math.log(t) for t in times]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum((x - mean_x) ** 2 for x in xs)
+
+
+@pytest.mark.parametrize("name", [b"if-none-match", b"if-match"])
+def test_entity_tag_lists_cost_linear_time(name: bytes) -> None:
+    """A list of spaces after an unclosed quote (anyone may send it, on the public card) costs time linear in its
+    length: it used to be quadratic (a 15 KB header held the event loop for seconds). The growth exponent over four
+    doublings must stay near 1 (2 is quadratic); process time, the best of three rounds, each size repeated so that
+    a measurement is well above the clock's resolution."""
+    sizes = [2_000, 4_000, 8_000, 16_000]
+    repeat = 200
+    best = [math.inf] * len(sizes)
+    for _ in range(3):
+        for i, n in enumerate(sizes):
+            scope: dict[str, Any] = {"headers": [(name, b'"a' + b" " * n + b"x")]}
+            t = time.process_time()
+            for _ in range(repeat):
+                evaluate(scope, b'"e"', 1000)
+            best[i] = min(best[i], time.process_time() - t)
+    exponent = _growth_exponent(sizes, best)
+    assert exponent < 1.4, f"times {best}, exponent {exponent:.2f}"
+    # And still a correct answer: no tag in it matches (If-None-Match: 200; If-Match: 412).
+    assert evaluate({"headers": [(name, b'"a   x')]}, b'"e"', 1000) == (200 if name == b"if-none-match" else 412)
+    # A tag after garbage and spaces is still found.
+    assert evaluate({"headers": [(name, b'junk   , W/"e",  "e"')]}, b'"e"', 1000) == (
+        304 if name == b"if-none-match" else 200
+    )
