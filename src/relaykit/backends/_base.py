@@ -135,7 +135,9 @@ class TaskStore(Protocol):
 
         Called on start: a task left active by a dead process will never be finished by it. The FAILED status is
         an event like any other: each task's ``event_seq`` moves on by one (the number the engine publishes it
-        under), and ``failed`` (when given) receives each task as now stored.
+        under), and ``failed`` (when given) receives each task as now stored. A durable store whose push configs
+        live beside its tasks writes the FAILED status of a task that has configs with its owed marker
+        (``TaskRecord.push_owed``, set on the record ``failed`` receives too): its notification survives a crash.
         """
 
     async def purge(
