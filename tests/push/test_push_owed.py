@@ -108,6 +108,7 @@ async def test_only_a_task_with_push_configs_pays_for_its_owed_marker(app: tuple
             completed.set()
 
     async with serving(WebhookReceiver(collect)) as hook, serving(made) as base, httpx.AsyncClient(timeout=10) as http:
+        await made.state.relaykit.start()  # (idempotent: the lifespan's start may not have run yet)
         await _trace_sqlite(made, seen)
         sender = made.state.relaykit.push_sender
         # Before any push config exists (push not even armed): what a message costs.

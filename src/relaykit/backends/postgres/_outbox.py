@@ -217,6 +217,9 @@ class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
 
     async def start(self) -> None:
         await super().start()
+        if self._db.guard == "exclusive":
+            # Alone on the namespace: every lease is a dead predecessor's (``_leases``).
+            await self._drop_dead_leases()
         self._start_keeper()
 
     async def close(self) -> None:
