@@ -72,6 +72,11 @@ class TaskRecord:
     # ``WorkItem.call``), stored with the SUBMITTED row and by each claim, so the entry can be re-created exactly.
     # Written by ``save`` only when the row is inserted, and by ``claim``; read back by ``claim``.
     request: bytes | None = None
+    # The push notification of this write's state is owed (``relaykit.push._owed``): non-zero, the event seq it is
+    # published under, written by ``save`` / ``save_claimed`` into the row with the state (a durable store keeps it
+    # until the outbox commit that holds the notification clears it). Zero (every task without push configs): the
+    # write leaves the stored marker alone. Stores without an owed-marker column ignore it.
+    push_owed: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -130,7 +135,9 @@ class TaskStore(Protocol):
 
         Called on start: a task left active by a dead process will never be finished by it. The FAILED status is
         an event like any other: each task's ``event_seq`` moves on by one (the number the engine publishes it
-        under), and ``failed`` (when given) receives each task as now stored.
+        under), and ``failed`` (when given) receives each task as now stored. A durable store whose push configs
+        live beside its tasks writes the FAILED status of a task that has configs with its owed marker
+        (``TaskRecord.push_owed``, set on the record ``failed`` receives too): its notification survives a crash.
         """
 
     async def purge(
@@ -360,7 +367,7 @@ class OutboxChanges:
 
     Applied in this order: ``discarded`` streams lose their pending entries, ``added`` entries are inserted,
     ``delivered`` entries removed, ``retried`` entries get their new attempt count / next attempt / error, ``dead``
-    entries become dead letters, and ``outcomes`` update the health counters.
+    entries become dead letters, ``outcomes`` update the health counters, and ``settled`` clear owed markers.
     """
 
     added: list[OutboxEntry] = field(default_factory=list)
@@ -369,9 +376,15 @@ class OutboxChanges:
     dead: list[OutboxEntry] = field(default_factory=list)
     discarded: list[StreamKey] = field(default_factory=list)
     outcomes: list[DeliveryOutcome] = field(default_factory=list)
+    # ``(tenant, owner, task id, seq)``: the notifications of the task's state written at ``seq`` are among this
+    # batch's entries (or were rightly not queued), so its owed marker (``TaskRecord.push_owed``) is cleared, in
+    # this same transaction, unless a newer state's marker replaced it. Stores without markers ignore them.
+    settled: list[tuple[str, str, str, int]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.delivered or self.retried or self.dead or self.discarded or self.outcomes)
+        return bool(
+            self.added or self.delivered or self.retried or self.dead or self.discarded or self.outcomes or self.settled
+        )
 
 
 @runtime_checkable
@@ -384,6 +397,11 @@ class PushOutbox(Protocol):
     Leases: a sender ``claim``s a stream before delivering it and ``release``s it after, so two senders never
     deliver the same (task, config) at once. The embedded stores serve one process, so their claims are
     in-process; a store shared by several processes implements them as expiring lease rows.
+
+    Owed markers (``relaykit.push._owed``): an outbox that lives with a durable task store (the same SQLite file, the
+    same PostgreSQL namespace) clears the markers of ``OutboxChanges.settled`` in its commit, and has
+    ``owed(age, limit) -> list[TaskRecord]``: tasks as stored whose marker (``push_owed``) is at least ``age``
+    seconds old, so the sender can notify them. An outbox without ``owed`` has no markers to recover.
     """
 
     durable: bool

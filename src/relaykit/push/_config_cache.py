@@ -63,6 +63,12 @@ class ConfigCache:
         if key not in self._entries:
             self._remember(key, {})
 
+    def may_have(self, key: TaskKey) -> bool:
+        """Whether the task may have configs, from memory alone: False only when its cached entry is empty (a task
+        not cached may have some)."""
+        entry = self._entries.get(key)
+        return entry is None or bool(entry)
+
     async def for_task(self, key: TaskKey) -> list[TaskPushNotificationConfig]:
         """The task's configs (cached)."""
         entry = self._entries.get(key)

@@ -8,7 +8,8 @@ hook, fills it. Rules every line below keeps:
 * an entry leaves its queue only as delivered, dead (``max_attempts``, ``max_age``, or its config suspended) or
   discarded (its config deleted); a retry waits ``DeliveryPolicy.delay`` (honouring ``Retry-After``);
 * every result goes through the write-behind batch (``OutboxWriter``), never straight to the store;
-* with an outbox shared by replicas, a sweep every third of the lease takes over the streams of a replica that died.
+* with an outbox shared by replicas, a sweep every third of the lease takes over the streams of a replica that died,
+  and the owed markers it left (``_owed``: states it stored whose notifications never reached the outbox).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from relaykit._types import TaskPushNotificationConfig
 from relaykit.backends._base import DeliveryOutcome, OutboxEntry, PushOutbox, StreamKey
 from relaykit.push._config_cache import ConfigCache
 from relaykit.push._outbox import OutboxWriter
+from relaykit.push._owed import recover_owed
 from relaykit.push._policy import DeliveryPolicy
 from relaykit.push._signing import PushSigner
 from relaykit.push._suspend import Suspensions
@@ -56,6 +58,7 @@ class StreamDelivery:
     suspensions: Suspensions
     worker: str
     telemetry: Any
+    flush_timeout: float
     _http: httpx.AsyncClient | None
     _writer: OutboxWriter | None
     _streams: dict[StreamKey, _Stream]
@@ -69,11 +72,23 @@ class StreamDelivery:
 
         Every third of the lease, the pending entries no live lease covers (older than one sweep period, so the
         entries a live sender has just committed and is about to claim are left to it) join this sender's streams;
-        a stream it already runs is left alone. The runner's claim and ``still_pending`` settle any race.
+        a stream it already runs is left alone. The runner's claim and ``still_pending`` settle any race. Before
+        that, the owed markers older than the lease become snapshot notifications (``_owed``).
         """
-        period = max(0.2, float(getattr(self.outbox, "lease_ttl", 30.0)) / 3)
+        lease = float(getattr(self.outbox, "lease_ttl", 30.0))
+        period = max(0.2, lease / 3)
         orphaned = self.outbox.orphaned  # type: ignore[attr-defined]
         while not await self._stop_within(period):
+            writer = self._writer
+            if writer is not None:
+                try:
+                    # A marker older than the lease: its writer died between the task's write and the outbox commit
+                    # (a live one commits within milliseconds, or within its flush timeout at worst).
+                    await recover_owed(
+                        self.outbox, self.configs, writer, self.suspensions, age=lease, flush_timeout=self.flush_timeout
+                    )
+                except Exception as exc:
+                    log.warning("push outbox sweep (owed notifications) failed: %s", exc)
             try:
                 entries = await orphaned(time.time() - period)
             except Exception as exc:

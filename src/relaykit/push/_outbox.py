@@ -14,6 +14,8 @@ Which writes wait, and for how long:
   commits it whole, so a 1,000-chunk stream costs a handful of transactions. Like the engine's own chunk
   checkpoints, a crash can lose the notifications of the last moments' chunks (the task itself is marked FAILED
   on restart anyway);
+* a task state's owed marker (``push._owed``) is cleared in the commit of the batch that holds that state's entries,
+  never before: ``settle`` is called after those ``add`` calls, into the same buffer;
 * acknowledgements, retry bookkeeping and health counters are lazy: they ride with the next batch, or go out after
   ``lazy_delay`` (50 ms). Losing one in a crash means a redelivery (at-least-once), never a loss.
 """
@@ -77,6 +79,7 @@ def _merge(first: OutboxChanges, then: OutboxChanges) -> OutboxChanges:
         dead=first.dead + then.dead,
         discarded=first.discarded + then.discarded,
         outcomes=first.outcomes + then.outcomes,
+        settled=first.settled + then.settled,
     )
 
 
@@ -141,6 +144,12 @@ class OutboxWriter:
         self._buffer.dead.append(entry)
         if outcome is not None:
             self._buffer.outcomes.append(outcome)
+        self._kick(False)
+
+    def settle(self, task: tuple[str, str, str, int]) -> None:
+        """``(tenant, owner, task id, seq)``: the notifications of the task's state written at ``seq`` were added
+        before this call (or rightly not queued), so its owed marker goes with their commit (``push._owed``)."""
+        self._buffer.settled.append(task)
         self._kick(False)
 
     def discard(self, stream: StreamKey) -> None:

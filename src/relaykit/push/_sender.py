@@ -17,10 +17,14 @@ A restart resumes the outbox's pending entries; with an outbox shared by replica
 third of the lease and takes over the streams of a replica that died (their leases expired). One runner per stream
 (and a store lease) means two deliveries of the same (task, config) never overlap.
 
+A state change is never lost between the task's write and the outbox commit: the engine stores it with an owed
+marker when the task may have push configs (``owes``), the hook's commit clears it, and a marker left by a crash
+becomes a snapshot notification at the next start or sweep (``_owed``).
+
 Modules: this one holds ``PushSender``, its lifecycle and the engine hook (and re-exports ``ConfigCache`` and
 ``DeliveryPolicy``); ``_delivery`` the streams and their runners (the sender's base class); ``_webhook`` one POST to
 a receiver (client, headers, the attempt); ``_config_cache`` the cached view of the push-config store; ``_policy``
-``DeliveryPolicy``.
+``DeliveryPolicy``; ``_owed`` the owed markers' recovery.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from relaykit.backends._base import (
 from relaykit.push._config_cache import ConfigCache, TaskKey
 from relaykit.push._delivery import StreamDelivery
 from relaykit.push._outbox import OutboxWriter
+from relaykit.push._owed import recover_owed
 from relaykit.push._policy import DeliveryPolicy
 from relaykit.push._rate import DROP, SNAPSHOT, NotificationGate
 from relaykit.push._signing import PushSigner
@@ -162,6 +167,19 @@ class PushSender(StreamDelivery):
         if pending:
             log.info("resuming delivery of %d pending push notification(s)", len(pending))
             self._dispatch(pending)
+        # States a dead process stored without getting their notifications into the outbox (``_owed``). Alone on the
+        # store, every marker is that process's; replicas leave the markers of live ones (younger than the lease)
+        # to them, and the sweep takes the rest over.
+        clustered = getattr(self._engine, "cluster", None) is not None
+        await recover_owed(
+            self.outbox,
+            self.configs,
+            self._writer,
+            self.suspensions,
+            age=float(getattr(self.outbox, "lease_ttl", 30.0)) if clustered else 0.0,
+            flush_timeout=self.flush_timeout,
+            rounds=100,
+        )
         if getattr(self.outbox, "orphaned", None) is not None:
             self._sweeper = asyncio.create_task(self._sweep_loop(), name="relaykit-push-sweep")
 
@@ -213,6 +231,8 @@ class PushSender(StreamDelivery):
         if self._engine is not None and self._engine.on_event is None:
             self._engine.on_create = self.on_create
             self._engine.on_event = self.on_event
+            if self.outbox.durable:
+                self._engine.owes_push = self.owes
 
     def _registered(self, key: StreamKey) -> None:
         """A config was stored (created, or registered again): push is armed, and a suspended config resumes."""
@@ -230,6 +250,27 @@ class PushSender(StreamDelivery):
         the hook need not read the store for it. Told at creation, whether or not the task's first snapshot is
         published (nobody may see it), and before a config can be put for the task."""
         self.configs.seed((active.tenant, active.owner, active.task_id))
+
+    def owes(self, active: ActiveTask) -> bool:
+        """The engine asks before it stores a state of ``active``'s task: whether the state's notification is owed,
+        i.e. the task may have push configs (``_owed``). From memory alone: a message bringing a config not bound yet,
+        or configs cached for the task, or none cached (then it may have some: the marker costs a column and its
+        clearing, a lost notification would cost the webhook its task). A new task without an inline config is
+        cached empty (``on_create``): False."""
+        pending = active.current
+        if pending is not None and not pending.push_bound:
+            configuration = pending.configuration
+            if configuration is not None and configuration.task_push_notification_config is not None:
+                return True
+        return self.configs.may_have((active.tenant, active.owner, active.task_id))
+
+    def _settle(self, writer: OutboxWriter, active: ActiveTask, owed: int) -> None:
+        """The notifications of the state stored with marker ``owed`` are added (or rightly none): the marker goes
+        with their commit."""
+        writer.settle((active.tenant, active.owner, active.task_id, owed))
+        record = active.record
+        if record is not None and record.push_owed == owed:
+            record.push_owed = 0  # the task's next writes leave the stored marker to that commit
 
     async def on_event(self, active: ActiveTask, seq: int, event: Any, data: bytes) -> None:
         """Queue ``event`` (its StreamResponse JSON is ``data``) for every push config of its task."""
@@ -254,17 +295,25 @@ class PushSender(StreamDelivery):
                 inline.id = inline_config_id("", task_id, pending.message.message_id, legacy=old_client)
             await self.configs.put(inline.model_copy(), owner=active.owner)
         state = _state_of(event)
+        # The marker this state was stored with (``_owed``); only a state's own hook settles it, never a chunk's.
+        owed = record.push_owed if record is not None and state is not None else 0
         if self.events == "state" and not self._state_changed(task_id, state):
+            if owed:
+                self._settle(writer, active, owed)  # the state was notified already
             return
         if state in _TERMINAL:
             self._last_state.pop(task_id, None)
         configs = await self.configs.for_task(key)
         if not configs:
+            if owed:
+                self._settle(writer, active, owed)
             return
         snapshot: bytes | None = None
         if self.events == "all":
             admitted = self.gate.admit(task_id, state)
             if admitted == DROP:
+                if owed:
+                    self._settle(writer, active, owed)  # coalesced: the task's next notification shows it
                 return  # over the task's notification budget: coalesced into its next one (push._rate)
             if admitted == SNAPSHOT and record is not None and not isinstance(event, Task):
                 # An event was dropped since the last notification: a delta now would leave the receiver a gap (an
@@ -302,6 +351,8 @@ class PushSender(StreamDelivery):
                     traceparent=traceparent or "",
                 )
             )
+        if owed:
+            self._settle(writer, active, owed)  # after the adds, into their batch: one commit holds both
         if state is not None and self.outbox.durable:
             try:
                 await asyncio.wait_for(asyncio.shield(writer.flush()), self.flush_timeout)

@@ -95,6 +95,8 @@ class TaskEngine(Runner, Readers):
         self.on_event = on_event
         # Hook for push delivery: called with the active task when an execution creates it (see ``Recorder``).
         self.on_create: Callable[[ActiveTask], None] | None = None
+        # Hook for push delivery: whether a state about to be stored owes a notification (see ``Recorder``).
+        self.owes_push: Callable[[ActiveTask], bool] | None = None
         # Observability (relaykit.telemetry): None = off (each hook point is an ``is None`` test).
         self.telemetry: Telemetry | None = None
         self.registry: dict[str, ActiveTask] = {}

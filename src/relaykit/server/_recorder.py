@@ -15,6 +15,10 @@ Invariants:
   state or at the end of the loop pass, whichever comes first, so a message answered at once costs one write;
   scale-out, the row stored at acceptance already says it when it is SUBMITTED (``_create``);
 * writes are never torn by cancellation: a write in flight completes before the cancellation is honoured;
+* a state written while the push sender says its notification is owed (``owes_push``, armed with push) carries the
+  owed marker in that write (``TaskRecord.push_owed``: the event's seq), so a crash before the push hook's outbox
+  commit loses no notification (``relaykit.push._owed``). Unarmed, or for a task without push configs, the write is
+  what it always was;
 * a stream of N chunks costs O(N): a chunk checkpoint (which re-encodes and rewrites the whole task) waits, beyond
   the chunk-count / interval trigger, until the chunks since the last write add at least 1/``_GROWTH`` of the
   stored body's size, so the bytes re-encoded over a stream are a geometric series bounded by ``_GROWTH`` times its
@@ -91,6 +95,9 @@ class Recorder:
     # Hook for push delivery: called with the active task when this execution creates it, before any of its events
     # is published (a new task has no push configs but those put from then on; none can have been put before).
     on_create: Any
+    # Hook for push delivery (a durable outbox): called with the active task before a state of it is stored; True
+    # when the state's notification is owed (the write then carries the owed marker). None until push is armed.
+    owes_push: Any
     checkpoint_chunks: int
     checkpoint_seconds: float
     max_artifact_bytes: int  # artifact bytes a live task may publish (0: no limit); past it the task FAILS
@@ -398,6 +405,11 @@ class Recorder:
                 # The stored event_seq names the event being published now (the one after the log's newest).
                 base = self.bus.last_seq(active.task_id, record.event_seq)
                 record.event_seq = base + 1
+                owes = self.owes_push
+                if owes is not None and not isinstance(event, TaskArtifactUpdateEvent) and owes(active):
+                    # A state (not a chunk checkpoint) whose notification is owed: the marker goes with this write,
+                    # and the push hook of this very event settles it (relaykit.push._owed).
+                    record.push_owed = record.event_seq
                 if self.telemetry is None:
                     await self._write(active, record)  # ``_persist`` without its coroutine
                 else:

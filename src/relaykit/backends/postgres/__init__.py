@@ -60,6 +60,10 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   (``expires_at > now()``), never a replica's, so clock skew between replicas cannot make a live worker look
   dead. ``claim`` is one statement (the row locked, the holder's liveness checked, the claim written, the version
   bumped); ``save`` leaves the column alone; ``save_claimed`` sets it in the update that writes the task.
+* **Owed push notifications** (schema version 7): a state whose notification is owed (``TaskRecord.push_owed``) is
+  stored with its marker and the marker's time (the database clock) by the same statement, one row at a time (never
+  a combined write: a task with push configs is not the path combining is for); the outbox's commit of those
+  notifications clears it in its transaction (``relaykit.push._owed``).
 * **A task nobody is told of is inserted late.** ``insert_claimed(told=False)`` (a caller waiting for the outcome
   alone) puts the insert off for 50 ms: the task's next write, when it comes first, inserts the task as it then is
   (one statement per quickly answered message); else the insert goes alone, asynchronously committed. Every

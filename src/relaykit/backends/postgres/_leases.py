@@ -11,6 +11,9 @@ A lease makes one sender (of any replica) the only one delivering a stream (task
   streams are claimable ``lease_ttl`` seconds later. A lease found taken over (this process stalled past its
   expiry) is logged and forgotten.
 * With the server unreachable, ``claim`` fails closed (``False``: the sender asks again) rather than raising.
+* A process that serves the namespace alone (its task store holds the guard exclusively: the in-process bus) drops
+  every lease when its outbox starts: they can only be a dead predecessor's, and waiting ``lease_ttl`` for them would
+  hold back the notifications it resumes (and the owed ones it recovers) after a crash.
 
 ``StreamLeases`` is ``PostgresPushOutbox``'s base class: the outbox gives it the database (``_db``) and calls
 ``_init_leases``, ``_start_keeper`` and ``_stop_leases`` from its constructor, ``start`` and ``close``.
@@ -86,12 +89,21 @@ class StreamLeases:
             "AS u(tenant, owner, task_id, config_id, worker) WHERE l.tenant = u.tenant AND l.owner = u.owner "
             "AND l.task_id = u.task_id AND l.config_id = u.config_id AND l.worker = u.worker"
         )
+        self._sql_drop_all = f"DELETE FROM {lease}"
         # Leases of replicas that died with them: claimable already, deleted once long expired (housekeeping).
         self._sql_sweep = f"DELETE FROM {lease} WHERE expires_at < now() - make_interval(secs => $1)"
         self._sql_holder = (
             f"SELECT worker, expires_at > now() FROM {lease} "
             "WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND config_id = $4"
         )
+
+    async def _drop_dead_leases(self) -> None:
+        """Delete every lease: only for a process alone on the namespace, at its start (see the module docstring)."""
+
+        async def job(conn: Any) -> None:
+            await conn.execute(self._sql_drop_all)
+
+        await self._db.run(job)
 
     def _start_keeper(self) -> None:
         if self._keeper is None and self.renew_every > 0:

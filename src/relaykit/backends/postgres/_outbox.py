@@ -12,6 +12,10 @@ What it adds to the ``PushOutbox`` rules in ``_base`` (mirroring ``sqlite.SQLite
   folded per stream in Python first (an upsert may touch a row once per statement); the result is exactly what
   applying them one by one gives. Every array is sorted by key (concurrent commits of replicas then mostly lock
   rows in one order), and a commit that still deadlocks with another is retried.
+* **Owed markers** (``relaykit.push._owed``): the commit that holds a task state's notifications clears the task's
+  ``push_owed`` marker (``OutboxChanges.settled``) in its transaction, last (the task rows are locked the shortest
+  time; a deadlock with a task write is retried like any other); ``owed(age)`` reads the markers older than ``age``
+  seconds by the database clock, for the sweep that takes over those a dead replica left.
 * Text columns cannot hold NUL: entries whose stream key contains one are dropped (no such task or config can
   exist in the PostgreSQL store), and NULs in error texts and URLs are replaced, so one bad string can never
   make every later commit fail.
@@ -25,7 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from relaykit.backends._base import DeliveryHealth, DeliveryOutcome, OutboxChanges, OutboxEntry, StreamKey, from_epoch
+from relaykit._types import Task
+from relaykit.backends._base import (
+    DeliveryHealth,
+    DeliveryOutcome,
+    OutboxChanges,
+    OutboxEntry,
+    StreamKey,
+    TaskRecord,
+    from_epoch,
+)
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends.postgres._db import CONNECT_TIMEOUT, Database, columns, has_nul, shared_database
 from relaykit.backends.postgres._leases import LEASE_TTL, StreamLeases
@@ -171,6 +184,19 @@ class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
             f"SELECT {_COLUMNS} FROM {o} WHERE tenant = $1 AND owner = $2 AND task_id = $3 AND dead_at IS NOT NULL "
             "ORDER BY dead_at, seq, event_id"
         )
+        t = f"{ns}_tasks"
+        # Only while the marker names this state or an older one: a newer state's marker stays owed. The version is
+        # left alone: the task's writer goes on with the version it holds.
+        self._sql_settle = (
+            f"UPDATE {t} AS t SET push_owed = NULL, push_owed_at = NULL "
+            "FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS u(id, tenant, owner, seq) "
+            "WHERE t.id = u.id AND t.tenant = u.tenant AND t.owner = u.owner AND t.push_owed <= u.seq"
+        )
+        # On the partial index of the marked rows.
+        self._sql_owed = (
+            f"SELECT tenant, owner, body, version, event_seq, push_owed FROM {t} WHERE push_owed IS NOT NULL "
+            "AND push_owed_at <= now() - make_interval(secs => $1) ORDER BY push_owed_at LIMIT $2"
+        )
         # One statement, one snapshot: the pending / dead counts next to the health row of every config.
         self._sql_health_of = (
             "SELECT COALESCE(c.config_id, r.config_id), COALESCE(c.pending, 0), COALESCE(c.dead, 0), r.url, "
@@ -191,6 +217,9 @@ class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
 
     async def start(self) -> None:
         await super().start()
+        if self._db.guard == "exclusive":
+            # Alone on the namespace: every lease is a dead predecessor's (``_leases``).
+            await self._drop_dead_leases()
         self._start_keeper()
 
     async def close(self) -> None:
@@ -237,13 +266,21 @@ class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
             if not has_nul(e.event_id)
         }
         health = _fold(changes.outcomes)
-        if not (discarded or added or delivered or retried or dead or health):
+        # Keyed by task, its newest seq (a settled seq clears every older marker too); sorted, like every array here.
+        newest: dict[tuple[str, str, str], int] = {}
+        for tenant, owner, task_id, seq in changes.settled:
+            if not has_nul(tenant, owner, task_id):
+                key = (task_id, tenant, owner)
+                newest[key] = max(seq, newest.get(key, seq))
+        settled = [(*key, seq) for key, seq in sorted(newest.items())]
+        if not (discarded or added or delivered or retried or dead or health or settled):
             return
         discard_args = columns(discarded, 4)
         add_args = columns(added, 12)
         retry_args = columns([retried[k] for k in sorted(retried)], 4)
         dead_args = columns([dead[k] for k in sorted(dead)], 4)
         health_args = columns(health, 11)
+        settle_args = columns(settled, 4)
 
         async def job(conn: Any) -> None:
             async with conn.transaction():
@@ -259,6 +296,8 @@ class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
                     await conn.execute(self._sql_dead, *dead_args)
                 if health:
                     await conn.execute(self._sql_health, *health_args)
+                if settled:
+                    await conn.execute(self._sql_settle, *settle_args)
 
         for attempt in range(_DEADLOCK_RETRIES):
             try:
@@ -302,6 +341,21 @@ class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
             return list(await conn.fetch(self._sql_orphaned, before, limit))
 
         return [self._entry(row) for row in await self._db.run(job)]
+
+    async def owed(self, age: float = 0.0, limit: int = 1000) -> list[TaskRecord]:
+        """The tasks, as stored, whose latest state's push notification is owed (``TaskRecord.push_owed`` set) for at
+        least ``age`` seconds (the database clock), oldest first, at most ``limit``."""
+
+        async def job(conn: Any) -> list[Any]:
+            return list(await conn.fetch(self._sql_owed, float(age), limit))
+
+        out = []
+        for tenant, owner, body, version, event_seq, owed in await self._db.run(job):
+            body = bytes(body)
+            record = TaskRecord(Task.from_json(body), str(tenant), str(owner), int(version), int(event_seq), body)
+            record.push_owed = int(owed)
+            out.append(record)
+        return out
 
     async def still_pending(self, stream: StreamKey) -> set[str]:
         """Event ids of the stream's entries not yet delivered (nor dead): what a sender that has just claimed the

@@ -13,7 +13,7 @@ from typing import Any
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_namespace", "lock_key", "migrate"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The schema version this relaykit writes; older schemas are migrated on start, newer ones refused."""
 
 _NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}\Z")
@@ -135,6 +135,15 @@ MIGRATIONS: list[list[str]] = [
     # resumed by another replica or after a restart stays in the request's trace. Catalog only.
     [
         "ALTER TABLE {ns}_push_outbox ADD COLUMN trace TEXT",
+    ],
+    # 7: a task's owed push notification (``relaykit.push._owed``): the event seq of a state written but not yet in
+    # the outbox (NULL: nothing owed), and when it was written, by the database clock (a replica's sweep takes over
+    # the markers its writer left for longer than the lease: it died). Catalog only for the columns; the index holds
+    # the marked rows alone, so the sweep reads those and a write that leaves the marker alone adds no index entry.
+    [
+        "ALTER TABLE {ns}_tasks ADD COLUMN push_owed BIGINT",
+        "ALTER TABLE {ns}_tasks ADD COLUMN push_owed_at TIMESTAMPTZ",
+        "CREATE INDEX {ns}_tasks_owed ON {ns}_tasks (push_owed_at) WHERE push_owed IS NOT NULL",
     ],
 ]
 

@@ -197,15 +197,40 @@ class PostgresTaskStore(AttachedStore[Database]):
         self._untold = UntoldInserts(self._combiner(self._sql_insert_claimed_untold, sql_inserts_claimed_untold).write)
         self._updates = self._combiner(self._sql_update, sql_updates)
         self._updates_claimed = self._combiner(self._sql_update_claimed, sql_updates_claimed)
+        # The same writes with the state's push notification owed (``TaskRecord.push_owed``, ``relaykit.push._owed``),
+        # its time by the database clock. Separate statements, one row each (a task with push configs is no hot path
+        # to combine): the write of a task without push configs names the columns no more than before they existed.
+        self._sql_insert_owed = (
+            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, request, "
+            "lean, push_owed, push_owed_at) "
+            f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, {lean('$9')}, $11, now()) ON CONFLICT (id) DO NOTHING"
+        )
+        self._sql_update_owed = (
+            f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9, "
+            f"lean = {lean('$9')}, push_owed = $11, push_owed_at = now() WHERE id = $1 AND {_SCOPE} AND version = $10"
+        )
+        self._sql_update_claimed_owed = (
+            f"UPDATE {t} SET context_id = $4, state = $5, status_ts = $6, version = $7, event_seq = $8, body = $9, "
+            f"lean = {lean('$9')}, worker = $11, push_owed = $12, push_owed_at = now() "
+            f"WHERE id = $1 AND {_SCOPE} AND version = $10"
+        )
         self._sql_delete = f"DELETE FROM {t} WHERE id = $1 AND {_SCOPE}"
+        # With whether the task has push configs (their table is in this namespace): its FAILED status is owed to them.
+        has_configs = (
+            f"EXISTS (SELECT 1 FROM {self._db.namespace}_push_configs AS p WHERE p.tenant = t.tenant "
+            "AND p.owner = t.owner AND p.task_id = t.id)"
+        )
         self._sql_active = (
-            f"SELECT id, body, tenant, owner, version, event_seq FROM {t} WHERE state = ANY($1::text[]) FOR UPDATE"
+            f"SELECT id, body, tenant, owner, version, event_seq, {has_configs} FROM {t} AS t "
+            "WHERE state = ANY($1::text[]) FOR UPDATE OF t"
         )
         self._sql_fail = (
             f"UPDATE {t} AS o SET state = u.state, status_ts = u.status_ts, version = o.version + 1, "
-            f"event_seq = o.event_seq + 1, body = u.body, lean = {lean('u.body')} "
-            "FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[]) AS u(id, state, status_ts, body) "
-            "WHERE o.id = u.id"
+            f"event_seq = o.event_seq + 1, body = u.body, lean = {lean('u.body')}, "
+            "push_owed = CASE WHEN u.owed THEN o.event_seq + 1 ELSE o.push_owed END, "
+            "push_owed_at = CASE WHEN u.owed THEN now() ELSE o.push_owed_at END "
+            "FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::bool[]) "
+            "AS u(id, state, status_ts, body, owed) WHERE o.id = u.id"
         )
         self._sql_purge = f"DELETE FROM {t} WHERE state = ANY($1::text[]) AND status_ts < $2"
         # --- claims: a worker is alive while its row's expires_at > now() (the database clock)
@@ -298,6 +323,10 @@ class PostgresTaskStore(AttachedStore[Database]):
     async def save(self, record: TaskRecord) -> None:
         task_id, version = record.task.id, record.version
         args = self._row(record)
+        if record.push_owed:
+            await self._save_owed(record, args, version)
+            record.version = version + 1
+            return
 
         if version == 0:
             if task_id in self._untold or not await self._inserts.write((*args, record.request)):
@@ -310,6 +339,34 @@ class PostgresTaskStore(AttachedStore[Database]):
             if not await self._updates.write((*args, version)):
                 raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
         record.version = version + 1
+
+    async def _save_owed(
+        self, record: TaskRecord, args: Row, version: int, *, claimed: bool = False, worker: str | None = None
+    ) -> None:
+        """``save`` (or, ``claimed``, ``save_claimed`` for ``worker``) of a state whose push notification is owed: the
+        marker goes into the row in the statement that stores the state, so no instant has one without the other."""
+        task_id = args[0]
+        if version == 0:
+            if task_id in self._untold:
+                raise ConflictError(f"task {task_id} already exists")
+            sql, params = self._sql_insert_owed, (*args, record.request, record.push_owed)
+        else:
+            # A put-off insert goes first (an untold task has no push config, but no write may overtake it).
+            await self._untold.settle(task_id)
+            if claimed:
+                sql, params = self._sql_update_claimed_owed, (*args, version, worker, record.push_owed)
+            else:
+                sql, params = self._sql_update_owed, (*args, version, record.push_owed)
+
+        async def job(conn: Any) -> str:
+            return str(await conn.execute(sql, *params))
+
+        if rowcount(await self._db.run(job)) != 1:
+            if version == 0:
+                raise ConflictError(f"task {task_id} already exists")
+            raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
+        if version == 0:
+            self._grown()
 
     async def _carry(self, args: Row, untold: Row, worker: str | None) -> None:
         """Write a task whose insert was put off (``_untold``) as one INSERT of it as it now is (``args``: its
@@ -493,7 +550,8 @@ class PostgresTaskStore(AttachedStore[Database]):
                 states: list[str] = []
                 stamps: list[int] = []
                 bodies: list[bytes] = []
-                for task_id, body, tenant, owner, version, event_seq in rows:
+                owed: list[bool] = []
+                for task_id, body, tenant, owner, version, event_seq, configs in rows:
                     task = Task.from_json(body)
                     status = failed_status(reason)
                     task.status = status
@@ -504,9 +562,13 @@ class PostgresTaskStore(AttachedStore[Database]):
                     states.append(status.state.value)
                     stamps.append(sort_key(task)[0])
                     bodies.append(task.to_json())
+                    # With push configs, the FAILED status is owed to them from this very write on (push._owed).
+                    owed.append(bool(configs))
                     if failed is not None:
-                        failed.append(TaskRecord(task, tenant, owner, int(version) + 1, int(event_seq) + 1))
-                await conn.execute(self._sql_fail, ids, states, stamps, bodies)
+                        record = TaskRecord(task, tenant, owner, int(version) + 1, int(event_seq) + 1)
+                        record.push_owed = int(event_seq) + 1 if configs else 0
+                        failed.append(record)
+                await conn.execute(self._sql_fail, ids, states, stamps, bodies, owed)
                 return len(rows)
 
         return await self._db.run(job)
@@ -592,7 +654,9 @@ class PostgresTaskStore(AttachedStore[Database]):
             raise ValueError(f"task {task_id}: a claimed task is stored already (save_claimed updates, never inserts)")
         if worker is not None and has_nul(worker):
             raise ValueError("the PostgreSQL store cannot hold a worker id containing NUL")
-        if (untold := self._untold.take(task_id, record.tenant, record.owner) if version == 1 else None) is not None:
+        if record.push_owed:
+            await self._save_owed(record, self._row(record), version, claimed=True, worker=worker)
+        elif (untold := self._untold.take(task_id, record.tenant, record.owner) if version == 1 else None) is not None:
             await self._carry(self._row(record), untold, worker)
         else:
             await self._untold.settle(task_id)

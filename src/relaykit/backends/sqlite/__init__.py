@@ -29,6 +29,9 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   ``<namespace>_push_outbox`` / ``<namespace>_push_health``, and ``<namespace>_schema`` (its version); the
   schema is created or migrated on start in one transaction, and a file written by a newer relaykit is refused
   rather than misread.
+* **Owed push notifications.** A state whose notification is owed (``TaskRecord.push_owed``) is stored with its
+  marker by the same statement; the outbox's commit of those notifications clears it in its transaction, so the
+  file never holds the state without either the marker or the notifications (``relaykit.push._owed``).
 * The directory of the file must exist: a typo in ``--store`` is an error, not a new directory tree.
 
 A cancelled call may still complete on the worker thread (a statement cannot be interrupted half-way); the

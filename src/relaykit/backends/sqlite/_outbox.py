@@ -1,6 +1,8 @@
 """The SQLite push outbox: pending notifications, dead letters and delivery health, in the task store's file.
 
-Tables ``<namespace>_push_outbox`` and ``<namespace>_push_health``; see the package for the file's invariants.
+Tables ``<namespace>_push_outbox`` and ``<namespace>_push_health``; see the package for the file's invariants. The
+tasks' owed markers (``<namespace>_tasks.push_owed``, ``relaykit.push._owed``) are cleared by the commit that holds
+their notifications, in its transaction, and read back by ``owed``.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ import os
 import sqlite3
 import time
 
-from relaykit.backends._base import DeliveryHealth, OutboxChanges, OutboxEntry, StreamKey, from_epoch
+from relaykit._types import Task
+from relaykit.backends._base import DeliveryHealth, OutboxChanges, OutboxEntry, StreamKey, TaskRecord, from_epoch
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends.sqlite._db import Database, transaction
 from relaykit.backends.sqlite._tasks import SQLiteTaskStore
@@ -79,6 +82,17 @@ class SQLitePushOutbox(AttachedStore[Database]):
             f"SELECT config_id, url, delivered, failures, consecutive, last_success, last_failure, last_error "
             f"FROM {h} WHERE tenant = ? AND owner = ? AND task_id = ?"
         )
+        t = f"{self._db.namespace}_tasks"
+        # Only while the marker names this state or an older one: a newer state's marker stays owed.
+        self._sql_settle = (
+            f"UPDATE {t} SET push_owed = NULL WHERE id = ? AND tenant = ? AND owner = ? AND push_owed <= ?"
+        )
+        # On the partial index of the marked rows: one process serves the file, so every marker found on start is
+        # a dead process's (``age`` is not needed: nothing here is in flight).
+        self._sql_owed = (
+            f"SELECT tenant, owner, body, version, event_seq, push_owed FROM {t} "
+            "WHERE push_owed IS NOT NULL ORDER BY push_owed LIMIT ?"
+        )
 
     @property
     def path(self) -> str:
@@ -116,6 +130,7 @@ class SQLitePushOutbox(AttachedStore[Database]):
             (self._sql_ok, (*o.stream, o.url, o.at)) if o.ok else (self._sql_fail, (*o.stream, o.url, o.at, o.error))
             for o in changes.outcomes
         ]
+        settled = [(task_id, tenant, owner, seq) for tenant, owner, task_id, seq in changes.settled]
 
         def job(conn: sqlite3.Connection) -> None:
             with transaction(conn):
@@ -131,8 +146,25 @@ class SQLitePushOutbox(AttachedStore[Database]):
                     conn.executemany(self._sql_dead, dead)
                 for sql, params in outcomes:
                     conn.execute(sql, params)
+                if settled:
+                    # Last, and in the transaction of the entries they stand for: the marker goes only with them.
+                    conn.executemany(self._sql_settle, settled)
 
         await self._db.run(job)
+
+    async def owed(self, age: float = 0.0, limit: int = 1000) -> list[TaskRecord]:
+        """The tasks, as stored, whose latest state's push notification is owed (``TaskRecord.push_owed`` set), at
+        most ``limit``. ``age`` is ignored: this file has one process, so none of its markers is in flight."""
+
+        def job(conn: sqlite3.Connection) -> list[TaskRecord]:
+            out = []
+            for tenant, owner, body, version, event_seq, owed in conn.execute(self._sql_owed, (limit,)):
+                record = TaskRecord(Task.from_json(body), str(tenant), str(owner), int(version), int(event_seq), body)
+                record.push_owed = int(owed)
+                out.append(record)
+            return out
+
+        return await self._db.run(job)
 
     @staticmethod
     def _entry(row: tuple[object, ...]) -> OutboxEntry:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this relaykit writes; older files are migrated on start, newer ones refused."""
 
 # Schema migrations, applied in order: entry i brings a file from version i to version i + 1. Never edit an
@@ -79,5 +79,12 @@ MIGRATIONS: list[list[str]] = [
     # after a restart stays in the request's trace.
     [
         "ALTER TABLE {ns}_push_outbox ADD COLUMN trace TEXT",
+    ],
+    # 4: a task's owed push notification (``relaykit.push._owed``): the event seq of a state written but not yet
+    # in the outbox, NULL when nothing is owed. Only rows with a marker are indexed, so finding them on start reads
+    # those rows alone, and a write that leaves the column alone touches no index for it.
+    [
+        "ALTER TABLE {ns}_tasks ADD COLUMN push_owed INTEGER",
+        "CREATE INDEX {ns}_tasks_owed ON {ns}_tasks (push_owed) WHERE push_owed IS NOT NULL",
     ],
 ]

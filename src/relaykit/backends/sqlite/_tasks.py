@@ -59,11 +59,28 @@ class SQLiteTaskStore(AttachedStore[Database]):
             f"UPDATE {t} SET context_id = ?, state = ?, status_ts = ?, version = ?, event_seq = ?, body = ? "
             "WHERE id = ? AND version = ? AND tenant = ? AND owner = ?"
         )
+        # The same writes with the state's push notification owed (``TaskRecord.push_owed``): separate statements,
+        # so the write of a task without push configs names the column no more than it did before it existed.
+        self._sql_insert_owed = (
+            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, push_owed) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        )
+        self._sql_update_owed = (
+            f"UPDATE {t} SET context_id = ?, state = ?, status_ts = ?, version = ?, event_seq = ?, body = ?, "
+            "push_owed = ? WHERE id = ? AND version = ? AND tenant = ? AND owner = ?"
+        )
         self._sql_delete = f"DELETE FROM {t} WHERE id = ? AND tenant = ? AND owner = ?"
-        self._sql_active = f"SELECT id, body, tenant, owner, version, event_seq FROM {t} WHERE state IN (?, ?)"
+        # Whether the task has push configs (the table lives in this file): its FAILED status is owed to them.
+        has_configs = (
+            f"EXISTS (SELECT 1 FROM {namespace}_push_configs AS p WHERE p.tenant = t.tenant AND p.owner = t.owner "
+            "AND p.task_id = t.id)"
+        )
+        self._sql_active = (
+            f"SELECT id, body, tenant, owner, version, event_seq, {has_configs} FROM {t} AS t WHERE state IN (?, ?)"
+        )
         self._sql_fail = (
-            f"UPDATE {t} SET state = ?, status_ts = ?, version = version + 1, event_seq = event_seq + 1, body = ? "
-            "WHERE id = ?"
+            f"UPDATE {t} SET state = ?, status_ts = ?, version = version + 1, event_seq = event_seq + 1, body = ?, "
+            "push_owed = CASE WHEN ? THEN event_seq + 1 ELSE push_owed END WHERE id = ?"
         )
         self._sql_purge = f"DELETE FROM {t} WHERE state IN ({', '.join('?' * len(_TERMINAL))}) AND status_ts < ?"
         self._sql_purge_interrupted = (
@@ -102,6 +119,10 @@ class SQLiteTaskStore(AttachedStore[Database]):
         body = record.body if record.body is not None else task.to_json()
         fields = (task.context_id, task.status.state.value, status_ts, version + 1, record.event_seq, body)
         scope = (record.tenant, record.owner)
+        if record.push_owed:
+            await self._save_owed(task_id, version, scope, (*fields, record.push_owed))
+            record.version = version + 1
+            return
 
         def job(conn: sqlite3.Connection) -> None:
             if version == 0:
@@ -115,6 +136,23 @@ class SQLiteTaskStore(AttachedStore[Database]):
 
         await self._db.write(job)
         record.version = version + 1
+
+    async def _save_owed(self, task_id: str, version: int, scope: tuple[str, str], fields: tuple[object, ...]) -> None:
+        """``save`` of a state whose push notification is owed: the marker (the last of ``fields``) goes into the row in
+        the statement that stores the state, so no instant has one without the other. Its own statements and its own
+        method: a task without push configs writes exactly what it did before markers existed."""
+
+        def job(conn: sqlite3.Connection) -> None:
+            if version == 0:
+                try:
+                    conn.execute(self._sql_insert_owed, (task_id, *scope, *fields))
+                except sqlite3.IntegrityError:
+                    raise ConflictError(f"task {task_id} already exists") from None
+                return
+            if conn.execute(self._sql_update_owed, (*fields, task_id, version, *scope)).rowcount != 1:
+                raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
+
+        await self._db.write(job)
 
     async def list(self, query: TaskQuery) -> ListPage:
         # Decoded before queueing, so a bad token fails fast with ValueError and costs the database nothing.
@@ -197,16 +235,22 @@ class SQLiteTaskStore(AttachedStore[Database]):
         def job(conn: sqlite3.Connection) -> int:
             with transaction(conn):
                 rows = conn.execute(self._sql_active, _ACTIVE).fetchall()
-                for task_id, body, tenant, owner, version, event_seq in rows:
+                for task_id, body, tenant, owner, version, event_seq, configs in rows:
                     task = Task.from_json(body)
                     status = failed_status(reason)
                     task.status = status
                     # History holds the agent messages carried in status updates (CONTRACT): this one too.
                     if status.message is not None:
                         task.history.append(status.message)
-                    conn.execute(self._sql_fail, (status.state.value, sort_key(task)[0], task.to_json(), task_id))
+                    # With push configs, the FAILED status is owed to them from this very write on (push._owed).
+                    owed = int(event_seq) + 1 if configs else 0
+                    conn.execute(
+                        self._sql_fail, (status.state.value, sort_key(task)[0], task.to_json(), bool(owed), task_id)
+                    )
                     if failed is not None:
-                        failed.append(TaskRecord(task, tenant, owner, int(version) + 1, int(event_seq) + 1))
+                        record = TaskRecord(task, tenant, owner, int(version) + 1, int(event_seq) + 1)
+                        record.push_owed = owed
+                        failed.append(record)
             return len(rows)
 
         return await self._db.run(job)
