@@ -75,6 +75,11 @@ class Agent:
         return [r.path for r in self.server.requests if r.path not in (CARD_PATH, "/keys/jwks.json")]
 
 
+async def _connect(client: Client) -> None:
+    async with client:  # closes what it opened when connecting fails
+        pass
+
+
 @pytest.fixture
 async def agent() -> AsyncIterator[Agent]:
     served = Agent()
@@ -109,10 +114,9 @@ async def test_a_card_changed_after_signing_is_refused_before_any_call(agent: Ag
     client = Client(agent.url, card_verifier=CardSignatureVerifier(private.public_key(), algorithms=["ES256"]))
     async with asyncio.timeout(T):
         with pytest.raises(A2AInvalidCardError, match="no signature verifies"):
-            await client.connect()
+            await _connect(client)
         with pytest.raises(RuntimeError, match="not connected"):
             await client.get_task("t-1")
-        await client.aclose()
     assert agent.calls() == []
 
 
@@ -132,10 +136,10 @@ async def test_keys_from_a_jwks_url_or_a_trusted_jku(agent: Agent) -> None:
         # The card's own jku is fetched only under a trusted URL: elsewhere it vouches for nothing.
         untrusted = CardSignatureVerifier(trusted_jku=[agent.url + "/other/"], algorithms=["ES256"])
         with pytest.raises(A2AInvalidCardError, match="no key"):
-            await Client(agent.url, card_verifier=untrusted).connect()
+            await _connect(Client(agent.url, card_verifier=untrusted))
         agent.jwks = _jwks(other, "k1")  # the JWKS now holds another key under the same kid
         with pytest.raises(A2AInvalidCardError, match="no signature verifies"):
-            await Client(agent.url, card_verifier=CardSignatureVerifier(jwks_url=jwks_url)).connect()
+            await _connect(Client(agent.url, card_verifier=CardSignatureVerifier(jwks_url=jwks_url)))
     assert agent.calls() == []
 
 
@@ -157,7 +161,7 @@ async def test_any_callable_verifier_sees_the_card_and_the_json_as_received(agen
         assert seen[0][0].name == "signed-agent"
         for refusal in refusals:
             with pytest.raises(A2AInvalidCardError, match="refused by the card verifier"):
-                await Client(agent.url, card_verifier=refusal).connect()
+                await _connect(Client(agent.url, card_verifier=refusal))
         async with httpx.AsyncClient(timeout=T) as http:
             resolver = CardResolver(http)
             await resolver.get(agent.url)

@@ -59,8 +59,8 @@ async def test_a_bearer_token_is_refused_over_plain_http_to_a_remote_host(bindin
 
 
 async def _first_call(client: Client) -> None:
-    await client.connect()  # fixed headers are refused here
-    await client.get_task("t-1")  # an interceptor's at its first call
+    async with client:  # fixed headers are refused here
+        await client.get_task("t-1")  # an interceptor's at its first call
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,6 @@ async def test_every_kind_of_credential_is_refused(
     async with asyncio.timeout(T):
         with pytest.raises(A2AInsecureCredentialsError):
             await _first_call(client)
-        await client.aclose()
     await recorder.http.aclose()
     assert recorder.sent == []
 

@@ -205,7 +205,13 @@ class Client:
     # --- lifecycle ---------------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Client:
-        await self.connect()
+        try:
+            await self.connect()
+        except BaseException:
+            # ``__aexit__`` does not run when ``__aenter__`` fails: a refused card, an unreachable agent or a refused
+            # credential would leave the HTTP client (and its connection) open.
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
