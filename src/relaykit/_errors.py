@@ -22,6 +22,7 @@
     ├── ServiceUnavailableError           -32000  503  UNAVAILABLE          UNAVAILABLE
     └── client side: A2AClientError
         ├── A2AConnectionError, A2ATimeoutError, A2AReconnectError, A2AInvalidCardError, A2AResponseTooLargeError
+        ├── A2AInsecureCredentialsError (refused before sending: credentials in clear to a non-loopback host)
         └── A2ATaskOutcomeError (carries the final Task)
             ├── A2ATaskFailedError, A2ATaskRejectedError
             └── A2ATaskAuthRequiredError, A2ATaskInputRequiredError (interrupted, and nothing answered)
@@ -45,6 +46,7 @@ __all__ = [
     "A2AClientError",
     "A2AConnectionError",
     "A2AError",
+    "A2AInsecureCredentialsError",
     "A2AInvalidCardError",
     "A2AReconnectError",
     "A2AResponseTooLargeError",
@@ -367,6 +369,13 @@ class A2AResponseTooLargeError(A2AClientError):
     card or stream event; the client stopped reading and closed the connection."""
 
     default_message = "The agent's response is too large"
+
+
+class A2AInsecureCredentialsError(A2AClientError):
+    """The client refused to send credentials (an auth header, a URL's userinfo) over a connection without TLS to a
+    host that is not loopback; nothing was sent. ``Client(allow_insecure_credentials=True)`` allows it."""
+
+    default_message = "Refused to send credentials without TLS to a remote host"
 
 
 class A2ATaskOutcomeError(A2AClientError):

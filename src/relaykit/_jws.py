@@ -43,6 +43,8 @@ from relaykit._v03._card_model import model_view
 
 __all__ = [
     "canonical_card",
+    "jwks_keys",
+    "resolve_key",
     "sdk03_canonical_card",
     "sdk_canonical_card",
     "sign_card",
@@ -51,8 +53,8 @@ __all__ = [
     "verify_sdk03_signature",
 ]
 
-# Key for verify_card: a key (PEM, cryptography key, PyJWK, JWK dict), a {kid: key} mapping, or a callable
-# (kid, jku) -> key (None when it has no key for them).
+# Key for verify_card: a key (PEM, cryptography key, PyJWK, JWK dict), a JWKS document ({"keys": [...]}), a
+# {kid: key} mapping, or a callable (kid, jku) -> key (None when it has no key for them).
 KeySource = Any
 
 
@@ -210,9 +212,31 @@ def sign_served_json(
     return out
 
 
-def _resolve_key(key: KeySource, kid: str | None, jku: str | None) -> Any:
+def jwks_keys(document: Any) -> dict[str, Any]:
+    """The ``{kid: key}`` of a JWKS document (RFC 7517 §5); entries without a ``kid`` or that PyJWT cannot use are
+    left out (a key this client cannot use verifies nothing).
+
+    >>> jwks_keys({"keys": []})
+    {}
+    """
+    jwt = _jwt()
+    keys: dict[str, Any] = {}
+    entries = document.get("keys") if isinstance(document, Mapping) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("kid"):
+            try:
+                keys[str(entry["kid"])] = jwt.PyJWK(entry).key
+            except jwt.PyJWTError:
+                continue
+    return keys
+
+
+def resolve_key(key: KeySource, kid: str | None, jku: str | None) -> Any:
+    """The key ``key`` (any ``KeySource``) gives for a signature's ``kid`` / ``jku`` (``None``: none for them)."""
     if callable(key) and not hasattr(key, "public_bytes") and not hasattr(key, "verify"):
         return key(kid, jku)
+    if isinstance(key, Mapping) and isinstance(key.get("keys"), list):
+        key = jwks_keys(key)  # a JWKS document: its keys by kid
     if isinstance(key, Mapping) and "kty" not in key:
         return key.get(kid) if kid is not None else None
     if isinstance(key, Mapping):
@@ -230,7 +254,8 @@ def verify_card(
 ) -> None:
     """Verify at least one of the card's signatures; raise ``A2AInvalidCardError`` otherwise.
 
-    ``key``: the public key (PEM, cryptography key, PyJWK, or a JWK dict), a ``{kid: key}`` mapping, or a callable
+    ``key``: the public key (PEM, cryptography key, PyJWK, or a JWK dict), a JWKS document (``{"keys": [...]}``),
+    a ``{kid: key}`` mapping, or a callable
     ``(kid, jku) -> key | None`` (fetch from a ``jku`` you trust there, never from any ``jku`` a card names).
     ``algorithms`` are pinned. ``sdk_form=True`` also accepts a signature over a2a-sdk's empties-dropped form.
     ``received``: the card's JSON object as it came over the wire; a signature over exactly that JSON (minus
@@ -274,7 +299,7 @@ def _any_verifies(
         kid = header.get("kid")
         jku = header.get("jku")
         try:
-            resolved = _resolve_key(key, kid if isinstance(kid, str) else None, jku if isinstance(jku, str) else None)
+            resolved = resolve_key(key, kid if isinstance(kid, str) else None, jku if isinstance(jku, str) else None)
         except Exception as exc:
             errors.append(f"no key for kid {kid!r}: {exc}")
             continue

@@ -359,3 +359,29 @@ def test_usage_errors_exit_2_in_process(args: tuple[str, ...], capsys: pytest.Ca
         main(list(args))
     assert exited.value.code == 2
     assert "usage:" in capsys.readouterr().err
+
+
+def test_credentials_in_the_url_are_not_printed(cli: Cli, examples: dict[str, str], unused_url: str) -> None:
+    """The agent URL's userinfo and query values are masked in errors and in the reply hint (stderr is often a log)."""
+    secret, key = "s3cr3t-pw", "k3y-value"
+
+    def with_creds(url: str) -> str:
+        return url.replace("http://", f"http://user:{secret}@") + f"/?api_key={key}"
+
+    refused = cli("get", with_creds(unused_url), "TASK")
+    assert refused.returncode == 3, refused
+    asked = cli("send", with_creds(examples["ask"]), "hello")
+    assert asked.returncode == 0, asked
+    assert "answer with: relaykit send --task" in asked.stderr
+    for result in (refused, asked):
+        assert secret not in result.stderr, result.stderr
+        assert key not in result.stderr, result.stderr
+        assert "***@127.0.0.1" in result.stderr
+
+
+def test_a_token_over_plain_http_to_a_remote_host_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 2 before anything is sent (192.0.2.10 is TEST-NET: nothing there would answer)."""
+    assert main(["get", "http://192.0.2.10:8000", "TASK", "--token", "s3cret", "--timeout", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--insecure-credentials" in err
+    assert "s3cret" not in err

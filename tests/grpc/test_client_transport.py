@@ -15,6 +15,7 @@ from relaykit._enums import TaskState
 from relaykit._errors import (
     A2AConnectionError,
     A2AError,
+    A2AResponseTooLargeError,
     A2ATimeoutError,
     ExtensionSupportRequiredError,
     TaskNotFoundError,
@@ -175,3 +176,25 @@ async def test_tls_is_decided_by_the_interface_then_the_card(card_url: str, inte
         assert sent[:1] == b"\x16", sent
     else:
         assert sent.startswith(b"PRI * HTTP/2.0"), sent
+
+
+async def test_the_response_bound_applies_to_grpc_unary_and_stream(grpc_agent: Callable[..., Any]) -> None:
+    """``max_response_bytes`` bounds a gRPC message as it bounds an HTTP body or an SSE event: the channel's receive
+    limit (grpc's own 64 MiB until then), and grpc's RESOURCE_EXHAUSTED for it is ``A2AResponseTooLargeError``."""
+    _app, address = await grpc_agent(Interop(), grace=0.5)
+    card = AgentCard(
+        name="big",
+        version="1.0.0",
+        supported_interfaces=[AgentInterface(protocol_binding="GRPC", url=address, protocol_version="1.0")],
+    )
+    big = "x" * 8192  # Interop echoes it: the answer (the task, its history and artifact) is larger still
+    async with asyncio.timeout(TIMEOUT):
+        async with Client(card=card, transports=["GRPC"], max_response_bytes=4096) as client:
+            with pytest.raises(A2AResponseTooLargeError, match="4096"):
+                await client.send(big)
+            with pytest.raises(A2AResponseTooLargeError):
+                async for _ in client.stream(big):
+                    pass
+            assert isinstance(await client.send("small"), Task)  # under the bound: as before
+        async with Client(card=card, transports=["GRPC"]) as roomy:
+            assert isinstance(await roomy.send(big), Task)

@@ -25,7 +25,8 @@ def parse_header(text: str) -> tuple[str, str]:
 def add_credentials(group: argparse._ActionsContainer) -> None:
     """``-H/--header NAME:VALUE`` (repeatable), ``--token`` (default: env ``RELAYKIT_TOKEN``) and the TLS files:
     ``--ca`` (trust this CA bundle instead of the system's), ``--cert`` / ``--key`` (a client certificate, for an
-    agent that requires mutual TLS; ``--cert`` alone when one PEM file holds both)."""
+    agent that requires mutual TLS; ``--cert`` alone when one PEM file holds both), and ``--insecure-credentials``
+    (credentials may go without TLS to a host that is not loopback: ``Client(allow_insecure_credentials=True)``)."""
     group.add_argument(
         "-H",
         "--header",
@@ -39,6 +40,11 @@ def add_credentials(group: argparse._ActionsContainer) -> None:
     group.add_argument("--ca", default=None, metavar="FILE", help="trust this PEM CA bundle (HTTPS and gRPC over TLS)")
     group.add_argument("--cert", default=None, metavar="FILE", help="client certificate (PEM), for mutual TLS")
     group.add_argument("--key", default=None, metavar="FILE", help="the client certificate's private key (PEM)")
+    group.add_argument(
+        "--insecure-credentials",
+        action="store_true",
+        help="send --token / -H credentials even without TLS to a host that is not loopback (refused by default)",
+    )
 
 
 def tls_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,9 +16,10 @@ import contextlib
 import signal
 import sys
 
-from relaykit._errors import A2AConnectionError, A2AError, A2ATimeoutError
+from relaykit._errors import A2AConnectionError, A2AError, A2AInsecureCredentialsError, A2ATimeoutError
 from relaykit.cli._output import EXIT_INTERRUPTED, EXIT_OK, LiveView, report_error
 from relaykit.client import Client
+from relaykit.client._urls import redact_url
 
 __all__ = ["chat", "read_line"]
 
@@ -31,8 +32,9 @@ async def chat(client: Client, args: argparse.Namespace) -> int:
     if interactive:
         with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
-        name = card.name if card is not None else args.url
-        print(f"Chatting with {name} at {args.url}. One line per turn; Ctrl-D or Ctrl-C ends.", flush=True)
+        shown = redact_url(args.url)
+        name = card.name if card is not None else shown
+        print(f"Chatting with {name} at {shown}. One line per turn; Ctrl-D or Ctrl-C ends.", flush=True)
     view = LiveView(sys.stdout, chat=True)
     context_id: str | None = args.context
     waiting: str | None = None  # the task that asked for input: the next line answers it
@@ -54,8 +56,8 @@ async def chat(client: Client, args: argparse.Namespace) -> int:
                     view.show(event)
             else:
                 view.show(await client.send(text, task_id=waiting, context_id=context_id))
-        except (A2AConnectionError, A2ATimeoutError):
-            raise
+        except (A2AConnectionError, A2ATimeoutError, A2AInsecureCredentialsError):
+            raise  # every later turn would fail alike
         except A2AError as exc:
             # One failed turn does not end the conversation; the next line starts a fresh task.
             view.end()

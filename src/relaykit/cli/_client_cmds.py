@@ -9,6 +9,8 @@
     relaykit chat http://localhost:8000
     relaykit send https://agent.internal:8443 "hi" --ca ca.pem --cert me.crt --key me.key   # (mutual) TLS
 
+URLs are shown with their userinfo and query values masked (``https://***@host/?key=***``), in errors and hints alike.
+
 Output is for people by default; ``--json`` prints the result's ProtoJSON instead: one object for a unary result
 (``send``: the SendMessageResponse, ``get``/``cancel``: the Task, ``list``: one ListTasksResponse holding every page,
 ``card``: the AgentCard), and JSON Lines (one StreamResponse per line) for ``send --stream`` and ``subscribe``.
@@ -18,7 +20,8 @@ Exit codes (the same for every command):
 * 0: success;
 * 1: an A2A error (its message on stderr, e.g. "Task not found"), or, for ``send`` and ``subscribe``, a task that
   ended FAILED or REJECTED (the outcome is still printed; scripts can test ``$?``);
-* 2: a usage error (argparse: a missing argument, an unknown state, a malformed URL or header);
+* 2: a usage error (argparse: a missing argument, an unknown state, a malformed URL or header), or credentials
+  refused because they would go without TLS to a host that is not loopback (``--insecure-credentials`` allows it);
 * 3: the agent could not be reached (connection refused, DNS, timeout, a stream that could not be resumed);
 * 130: interrupted (Ctrl-C).
 
@@ -39,7 +42,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from relaykit._enums import TaskState
-from relaykit._errors import A2AConnectionError, A2AError, A2ATimeoutError
+from relaykit._errors import A2AConnectionError, A2AError, A2AInsecureCredentialsError, A2ATimeoutError
 from relaykit._requests import ListTasksResponse
 from relaykit._types import Message, SendMessageResponse, Task
 from relaykit.cli._args import add_credentials, request_headers, tls_options
@@ -60,7 +63,8 @@ from relaykit.cli._output import (
     task_details,
     task_summary,
 )
-from relaykit.client import CardResolver, Client, tls_verify
+from relaykit.client import Client, tls_verify
+from relaykit.client._urls import redact_url
 
 __all__ = ["add_client_parsers", "parse_state", "run_client"]
 
@@ -96,7 +100,7 @@ def _url(text: str) -> str:
     url = text if "://" in text else "http://" + text
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"not an http(s) URL: {text!r}")
+        raise argparse.ArgumentTypeError(f"not an http(s) URL: {redact_url(text)!r}")
     return url
 
 
@@ -129,6 +133,7 @@ def add_client_parsers(sub: Any) -> None:
         help=f"seconds to wait for an answer (default {UNARY_TIMEOUT:g}; "
         "send, streams and chat wait as long as the agent works)",
     )
+
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print ProtoJSON (JSON Lines for streams)")
 
@@ -205,14 +210,24 @@ async def _run(args: argparse.Namespace) -> int:
         options["stream_timeout"] = args.timeout
     command: Command = args.client_command
     async with httpx.AsyncClient(timeout=timeout, verify=verify) as http:
-        client = Client(args.url, http=http, headers=headers, **options, **tls)
+        client = Client(
+            args.url,
+            http=http,
+            headers=headers,
+            allow_insecure_credentials=args.insecure_credentials,
+            **options,
+            **tls,
+        )
         try:
             if command is _card:
                 # Not ``connect()``: a card with no interface this client speaks is still worth showing.
-                client.card = await CardResolver(http).get(args.url, headers=client.headers)
+                await client.resolve_card()
             else:
                 await client.connect()
             return await command(client, args)
+        except A2AInsecureCredentialsError as exc:
+            report_error(args, exc)
+            return EXIT_USAGE
         except (A2AConnectionError, A2ATimeoutError) as exc:
             report_error(args, exc)
             return EXIT_CONNECTION
@@ -264,7 +279,7 @@ async def _send(client: Client, args: argparse.Namespace) -> int:
 
 
 def _reply_hint(args: argparse.Namespace, task_id: str) -> None:
-    print(f"(answer with: relaykit send --task {task_id} {args.url} TEXT)", file=sys.stderr, flush=True)
+    print(f"(answer with: relaykit send --task {task_id} {redact_url(args.url)} TEXT)", file=sys.stderr, flush=True)
 
 
 async def _get(client: Client, args: argparse.Namespace) -> int:

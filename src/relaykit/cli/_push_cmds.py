@@ -27,10 +27,13 @@ from urllib.parse import quote
 
 import httpx
 
+from relaykit._errors import A2AError
 from relaykit.backends._base import DeliveryHealth, from_epoch
 from relaykit.backends._url import sqlite_path
 from relaykit.cli._args import add_credentials, request_headers, tls_options
 from relaykit.client import tls_verify
+from relaykit.client._plaintext import CREDENTIAL_HEADERS, guard
+from relaykit.client._urls import redact_url, scrub
 from relaykit.push._status import STATUS_PATH, status_json
 
 __all__ = ["add_push_parser", "run_push_status"]
@@ -74,7 +77,7 @@ def run_push_status(args: argparse.Namespace) -> int:
 def _from_server(args: argparse.Namespace, url: str, task_id: str) -> int:
     headers = {"A2A-Version": "1.0", "Accept": "application/json", **request_headers(args)}
     if not url.startswith(("http://", "https://")):
-        print(f"relaykit push status: {url!r} is not an http(s) URL", file=sys.stderr)
+        print(f"relaykit push status: {redact_url(url)!r} is not an http(s) URL", file=sys.stderr)
         return EXIT_USAGE
     try:
         verify = tls_verify(**tls_options(args))
@@ -82,11 +85,19 @@ def _from_server(args: argparse.Namespace, url: str, task_id: str) -> int:
         print(f"relaykit push status: {exc}", file=sys.stderr)
         return EXIT_USAGE
     endpoint = url.rstrip("/") + STATUS_PATH.format(task_id=quote(task_id, safe=""))
+    # The client's rule (relaykit.client._plaintext): no credential in clear to a host that is not loopback.
+    exposed = guard(endpoint, url[:8].lower() == "https://", CREDENTIAL_HEADERS, allowed=args.insecure_credentials)
+    if exposed is not None:
+        try:
+            exposed.check(headers)
+        except A2AError as exc:
+            print(f"relaykit push status: {exc.message}", file=sys.stderr)
+            return EXIT_USAGE
     params = {"tenant": args.tenant} if args.tenant else None
     try:
         response = httpx.get(endpoint, headers=headers, params=params, timeout=TIMEOUT, verify=verify)
     except httpx.HTTPError as exc:
-        print(f"relaykit push status: cannot reach {url}: {exc}", file=sys.stderr)
+        print(f"relaykit push status: cannot reach {redact_url(url)}: {scrub(str(exc), url)}", file=sys.stderr)
         return EXIT_CONNECTION
     try:
         body = response.json()
@@ -97,7 +108,7 @@ def _from_server(args: argparse.Namespace, url: str, task_id: str) -> int:
         if isinstance(body, dict) and isinstance(body.get("error"), dict):
             message = str(body["error"].get("message", ""))
         if response.status_code == 404 and not message:
-            message = f"{url} has no push status endpoint (not a relaykit server, or push is off)"
+            message = f"{redact_url(url)} has no push status endpoint (not a relaykit server, or push is off)"
         print(f"relaykit push status: {message or f'HTTP {response.status_code}'}", file=sys.stderr)
         return EXIT_A2A
     _print(args, body)

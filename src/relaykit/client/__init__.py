@@ -6,18 +6,22 @@
 ...         task = await client.send("hello")
 ...         async for event in client.stream("stream me"):
 ...             print(event)
+
+Trust: ``Client(card_verifier=CardSignatureVerifier(...))`` refuses an agent card whose signature does not verify;
+credentials are never sent without TLS to a host that is not loopback unless ``allow_insecure_credentials=True``;
+URLs in error messages have their userinfo and query values masked.
 """
 
 from relaykit.client._auth import APIKeyAuth, BearerAuth, Interceptor, OAuth2ClientCredentials, TraceContext
 from relaykit.client._card import (
     CardResolver,
     canonical_card,
-    card_keys,
     choose_interface,
     parse_card,
     sign_card,
     verify_card,
 )
+from relaykit.client._card_trust import CardSignatureVerifier, CardVerifier, card_keys
 from relaykit.client._client import Client
 from relaykit.client._policies import ResumePolicy, RetryPolicy
 from relaykit.client._tls import tls_verify
@@ -27,6 +31,8 @@ __all__ = [
     "APIKeyAuth",
     "BearerAuth",
     "CardResolver",
+    "CardSignatureVerifier",
+    "CardVerifier",
     "Client",
     "ClientTransport",
     "Interceptor",

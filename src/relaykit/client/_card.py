@@ -2,7 +2,9 @@
 
 * ``CardResolver`` fetches ``/.well-known/agent-card.json``, keeps it for its ``Cache-Control: max-age`` and
   revalidates with ``If-None-Match`` (a 304 keeps the cached card); a card over ``max_bytes`` is refused
-  (``A2AResponseTooLargeError``) without being read whole.
+  (``A2AResponseTooLargeError``) without being read whole. It keeps the card's JSON object exactly as received
+  (``received``), and runs its ``verifier`` (``_card_trust``) on that and the parsed card before caching either:
+  a signature is checked on what the agent sent, not on a re-encoding of the model (which drops unknown members).
 * ``verify_card`` / ``sign_card`` (from ``relaykit._jws``, shared with the server's ``--card-key``) check and make a
   card's detached JWS signatures (RFC 7515, payload canonicalised per RFC 8785), with the algorithms pinned.
 * ``choose_interface`` filters and orders the card's ``supportedInterfaces``: A2A 1.0 before 0.3, then the client's
@@ -19,7 +21,8 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from pydantic import ValidationError
@@ -28,14 +31,15 @@ from relaykit._card import AgentCard, AgentInterface
 from relaykit._errors import A2AConnectionError, A2AInvalidCardError, A2ATimeoutError
 from relaykit._jws import canonical_card, sign_card, verify_card
 from relaykit._v03 import card_in, is_v03
+from relaykit.client._card_trust import CardVerifier, run_verifier
 from relaykit.client._transport import MAX_RESPONSE_BYTES, describe, read_body
+from relaykit.client._urls import redact_url, sendable
 
 __all__ = [
     "CARD_PATH",
     "DEFAULT_TRANSPORTS",
     "CardResolver",
     "canonical_card",
-    "card_keys",
     "choose_interface",
     "grpc_available",
     "parse_card",
@@ -60,10 +64,19 @@ _MAX_AGE = re.compile(r"max-age=(\d+)")
 
 
 def card_url(url: str) -> str:
-    """The card URL for a base URL (a URL that already names a JSON document is used as is)."""
-    if url.endswith(".json"):
+    """The card URL for a base URL (a URL that already names a JSON document is used as is); a query (an API key
+    the agent wants there, say) stays after the path.
+
+    >>> card_url("https://agent.example/a2a/?api_key=k")
+    'https://agent.example/a2a/.well-known/agent-card.json?api_key=k'
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url  # httpx refuses it with its own error
+    if parts.path.endswith(".json"):
         return url
-    return url.rstrip("/") + CARD_PATH
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + CARD_PATH))
 
 
 @dataclass
@@ -71,10 +84,18 @@ class _Cached:
     card: AgentCard
     etag: str | None
     expires: float
+    content: bytes  # the card's bytes as received
 
 
 class CardResolver:
-    """Fetches and caches agent cards (RFC 9111 freshness + ETag revalidation)."""
+    """Fetches and caches agent cards (RFC 9111 freshness + ETag revalidation).
+
+    ``verifier`` (``(card, received JSON object) -> None``, sync or async, e.g. a ``CardSignatureVerifier``) runs
+    on every card fetched, before it is cached or returned; its refusal raises ``A2AInvalidCardError``.
+
+    >>> # resolver = CardResolver(http, verifier=CardSignatureVerifier(public_pem))
+    >>> # card = await resolver.get("https://agent.example"); raw = resolver.received("https://agent.example")
+    """
 
     def __init__(
         self,
@@ -82,12 +103,23 @@ class CardResolver:
         *,
         clock: Callable[[], float] = time.monotonic,
         max_bytes: int = MAX_RESPONSE_BYTES,
+        verifier: CardVerifier | None = None,
     ) -> None:
         self.http = http
         # Freshness is judged by this clock (monotonic seconds); tests pass their own to step past max-age.
         self.clock = clock
         self.max_bytes = max_bytes
+        self.verifier = verifier
         self._cache: dict[str, _Cached] = {}
+
+    def received(self, url: str) -> dict[str, Any] | None:
+        """The JSON object of the card last fetched from ``url``, exactly as received (a fresh copy; ``None``: not
+        fetched). What to verify a signature against: ``verify_card(card, key, received=...)``."""
+        cached = self._cache.get(card_url(url))
+        if cached is None:
+            return None
+        value: dict[str, Any] = json.loads(cached.content)
+        return value
 
     async def get(self, url: str, *, headers: dict[str, str] | None = None) -> AgentCard:
         """The card at ``url`` (a base URL or the card's own URL)."""
@@ -98,22 +130,29 @@ class CardResolver:
         request_headers = dict(headers or {})
         if cached is not None and cached.etag:
             request_headers["If-None-Match"] = cached.etag
+        # The URL's userinfo goes as the Basic auth httpx would make of it, out of the URL httpx logs (``_urls``).
+        send_url, basic = sendable(target)
+        auth: Any = basic if basic is not None and self.http.auth is None else httpx.USE_CLIENT_DEFAULT
+        shown = redact_url(target)
         try:
-            async with self.http.stream("GET", target, headers=request_headers) as response:
+            async with self.http.stream("GET", send_url, headers=request_headers, auth=auth) as response:
                 content = await read_body(response, self.max_bytes, target) if response.status_code == 200 else b""
-        except httpx.TimeoutException as exc:
-            raise A2ATimeoutError(f"{target} did not answer in time") from exc
+        except httpx.TimeoutException:
+            raise A2ATimeoutError(f"{shown} did not answer in time") from None
         except httpx.HTTPError as exc:
             # ``describe``: never the text of a local protocol error, which quotes the offending header's value.
-            raise A2AConnectionError(f"cannot fetch the agent card at {target}: {describe(exc)}") from None
+            raise A2AConnectionError(f"cannot fetch the agent card at {shown}: {describe(exc)}") from None
         max_age = _max_age(response.headers.get("cache-control", ""))
         if response.status_code == 304 and cached is not None:
             cached.expires = self.clock() + max_age
             return cached.card
         if response.status_code != 200:
-            raise A2AInvalidCardError(f"{target} answered HTTP {response.status_code}, not an agent card")
-        card = parse_card(content, target)
-        self._cache[target] = _Cached(card, response.headers.get("etag"), self.clock() + max_age)
+            raise A2AInvalidCardError(f"{shown} answered HTTP {response.status_code}, not an agent card")
+        raw = _card_object(content, shown)
+        card = _card_model(raw, shown)
+        if self.verifier is not None:
+            await run_verifier(self.verifier, card, raw, target)
+        self._cache[target] = _Cached(card, response.headers.get("etag"), self.clock() + max_age, content)
         return card
 
 
@@ -126,16 +165,24 @@ def _max_age(cache_control: str) -> float:
 
 def parse_card(data: bytes | str, source: str = "the agent card") -> AgentCard:
     """Validate card JSON; 0.3-style cards (``url`` + ``preferredTransport``) are read as their 1.0 equivalent."""
+    return _card_model(_card_object(data, source), source)
+
+
+def _card_object(data: bytes | str, source: str) -> dict[str, Any]:
     try:
         raw = json.loads(data)
     except ValueError as exc:
         raise A2AInvalidCardError(f"{source} is not JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise A2AInvalidCardError(f"{source} is not a JSON object")
-    # A 0.3 card (top-level url + preferredTransport, 0.3 security shapes) is read as its 1.0 equivalent.
-    raw = card_in(raw)
+    return raw
+
+
+def _card_model(raw: dict[str, Any], source: str) -> AgentCard:
+    # A 0.3 card (top-level url + preferredTransport, 0.3 security shapes) is read as its 1.0 equivalent. Neither
+    # ``card_in`` (it rewrites into a new dict) nor validation changes ``raw``: it stays as received, for the verifier.
     try:
-        return AgentCard.model_validate(raw)
+        return AgentCard.model_validate(card_in(raw))
     except ValidationError as exc:
         raise A2AInvalidCardError(f"{source} is not a valid agent card: {exc}") from None
 
@@ -160,7 +207,9 @@ def choose_interface(card: AgentCard, preferences: Sequence[str], version: str |
         ranked.append((0 if _major(offered) == "1" else 1, preferences.index(binding), position, interface))
     if not ranked:
         listed = (
-            ", ".join(f"{i.protocol_binding} {i.protocol_version} at {i.url}" for i in card.supported_interfaces)
+            ", ".join(
+                f"{i.protocol_binding} {i.protocol_version} at {redact_url(i.url)}" for i in card.supported_interfaces
+            )
             or "no interfaces at all"
         )
         spoken = f"A2A {version}" if version else "A2A 1.0 or 0.3"
@@ -174,76 +223,3 @@ def choose_interface(card: AgentCard, preferences: Sequence[str], version: str |
 
 def _major(version: str) -> str:
     return version.strip().split(".", 1)[0]
-
-
-async def card_keys(
-    card: AgentCard, trusted: Sequence[str], *, http: httpx.AsyncClient | None = None
-) -> dict[str, object]:
-    """The ``{kid: key}`` of the JWKS the card's signatures name in ``jku``, for ``verify_card``; only a ``jku`` under
-    one of ``trusted`` (e.g. ``"https://agent.example/"``) is fetched, never one the card alone vouches for. A ``jku``
-    is under a trusted URL when its scheme, host and port are the same and its path is that URL's path or below it.
-
-    >>> # verify_card(card, await card_keys(card, ["https://agent.example/"]), algorithms=["ES256"])
-    """
-    import jwt
-
-    urls: list[str] = []
-    for signature in card.signatures:
-        jku = _jku(signature.protected)
-        if jku and any(_under(jku, prefix) for prefix in trusted) and jku not in urls:
-            urls.append(jku)
-    keys: dict[str, object] = {}
-    client = http or httpx.AsyncClient(timeout=10.0)
-    try:
-        for url in urls:
-            try:
-                document = (await client.get(url)).json()
-            except (httpx.HTTPError, ValueError) as exc:
-                raise A2AConnectionError(f"cannot fetch the card's keys at {url}: {exc}") from exc
-            for entry in document.get("keys", []) if isinstance(document, dict) else []:
-                if isinstance(entry, dict) and entry.get("kid"):
-                    try:
-                        keys[str(entry["kid"])] = jwt.PyJWK(entry).key
-                    except jwt.PyJWTError:
-                        continue  # a key this client cannot use verifies nothing
-    finally:
-        if http is None:
-            await client.aclose()
-    return keys
-
-
-def _jku(protected: str) -> str | None:
-    import base64
-
-    try:
-        header = json.loads(base64.urlsafe_b64decode(protected + "=" * (-len(protected) % 4)))
-    except ValueError:
-        return None
-    value = header.get("jku") if isinstance(header, dict) else None
-    return value if isinstance(value, str) else None
-
-
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def _under(url: str, trusted: str) -> bool:
-    """Whether ``url`` is at or below ``trusted``: the same scheme, host and port, and a path that is ``trusted``'s
-    or continues it past a ``/``. Not a string prefix: ``https://agent.example`` is a prefix of
-    ``https://agent.example.evil/`` and ``http://host:80`` of ``http://host:8080/``."""
-    try:
-        got, want = urlsplit(url), urlsplit(trusted)
-        ports = (got.port, want.port)
-    except ValueError:
-        return False  # a malformed port: nothing to trust
-    scheme = got.scheme.lower()
-    if scheme != want.scheme.lower() or scheme not in _DEFAULT_PORTS or not got.hostname:
-        return False
-    default = _DEFAULT_PORTS[scheme]
-    if got.hostname != want.hostname or (ports[0] or default) != (ports[1] or default):
-        return False
-    path = got.path or "/"
-    # ``..`` would climb out of the trusted path once the server normalises it.
-    if any(segment in (".", "..") for segment in unquote(path).split("/")):
-        return False
-    base = want.path or "/"
-    return path == base or path.startswith(base if base.endswith("/") else base + "/")

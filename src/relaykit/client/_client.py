@@ -11,7 +11,12 @@ Behaviour a caller relies on:
   (same messageId, for servers that de-duplicate it);
 * ``ask()`` follows a task to its end, answering INPUT_REQUIRED through ``on_input_required`` when given, and raises
   ``A2ATaskFailedError`` / ``A2ATaskRejectedError`` / ``A2ATaskAuthRequiredError`` / ``A2ATaskInputRequiredError``
-  (all in ``relaykit.errors``) for those outcomes.
+  (all in ``relaykit.errors``) for those outcomes;
+* a fetched card goes through ``card_verifier`` (``_card_trust``) before anything else reads it;
+* credentials never go without TLS to a host that is not loopback, on any binding, unless
+  ``allow_insecure_credentials`` (``_plaintext``: decided once per connection, so a TLS or loopback client checks
+  nothing per call);
+* URLs in messages and reprs are redacted (``_urls``).
 
 Modules: this one holds ``Client`` (and re-exports the policies); ``_resume`` the loop that resumes a dropped stream;
 ``_stream_view`` ``StreamView``, the de-duplication that makes a resumed stream one stream; ``_policies``
@@ -59,8 +64,10 @@ from relaykit._requests import (
 from relaykit._state import ACTIVE, apply
 from relaykit._types import AuthenticationInfo, Message, Part, SendMessageResponse, Task, TaskPushNotificationConfig
 from relaykit._v03 import is_v03
-from relaykit.client._auth import Interceptor, TraceContext
-from relaykit.client._card import DEFAULT_TRANSPORTS, CardResolver, choose_interface, grpc_available
+from relaykit.client._auth import APIKeyAuth, Interceptor, TraceContext
+from relaykit.client._card import DEFAULT_TRANSPORTS, CardResolver, card_url, choose_interface, grpc_available
+from relaykit.client._card_trust import CardVerifier
+from relaykit.client._plaintext import CREDENTIAL_HEADERS, CredentialGuard, guard
 from relaykit.client._policies import ResumePolicy, RetryPolicy, retryable
 from relaykit.client._resume import aclose_stream, resume_stream
 from relaykit.client._stream_view import Event
@@ -72,6 +79,7 @@ from relaykit.client._transport import (
     RESTTransport,
     StreamEvent,
 )
+from relaykit.client._urls import redact_url
 from relaykit.telemetry import client_span, client_tracer, span_current, start_client_span
 
 __all__ = ["Client", "ResumePolicy", "RetryPolicy"]
@@ -99,9 +107,27 @@ class Client:
     TLS: ``ca_certs`` (a PEM bundle to trust instead of the system's) and ``client_cert`` (``(certfile, keyfile)``,
     or one PEM file with both, for mutual TLS) apply to every binding: HTTP and gRPC alike.
 
-    ``max_response_bytes`` (16 MiB) bounds what the agent may send in one response body, agent card or stream event
-    over HTTP; more raises ``A2AResponseTooLargeError`` and closes the connection. (gRPC messages have the channel's
-    own receive limit.)
+    ``max_response_bytes`` (16 MiB) bounds what the agent may send in one response body, agent card, stream event
+    or gRPC message; more raises ``A2AResponseTooLargeError`` (over HTTP the connection is closed).
+
+    ``card_verifier``: called as ``card_verifier(card, received)`` on a card the client fetches (``received``: its
+    JSON object exactly as sent), before the client uses it; a refusal (raising, or returning ``False``) fails
+    ``connect`` with ``A2AInvalidCardError`` and nothing is sent to the agent. ``CardSignatureVerifier`` requires a
+    valid JWS signature (a card given as ``card=`` is the caller's and is not checked):
+
+    >>> from relaykit.client import CardSignatureVerifier
+    >>> async def signed_only(public_pem: bytes):
+    ...     verifier = CardSignatureVerifier(public_pem, algorithms=["ES256"])
+    ...     async with Client("https://agent.example", card_verifier=verifier) as client:
+    ...         return await client.ask("hello")
+
+    ``allow_insecure_credentials`` (off): credentials (an ``Authorization``, ``Proxy-Authorization``, ``Cookie`` or
+    ``X-API-Key`` header, an ``APIKeyAuth`` header or a card's API-key header, a URL's userinfo) are refused with
+    ``A2AInsecureCredentialsError`` before they would go without TLS (``http://``, plaintext gRPC) to a host that is
+    not loopback, on every binding and for the card request too. Loopback (``localhost``, ``127.0.0.1``, ``::1``)
+    is never refused; set it for a plaintext agent on another host you accept to expose the credential to (a
+    development network). A transport given as ``transport=`` is checked the same way from its ``url`` and
+    ``secure`` attributes when it has them.
     """
 
     def __init__(
@@ -128,6 +154,8 @@ class Client:
         ca_certs: str | None = None,
         client_cert: str | tuple[str, str] | None = None,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        card_verifier: CardVerifier | None = None,
+        allow_insecure_credentials: bool = False,
     ) -> None:
         if url is None and card is None and transport is None:
             raise ValueError("give the agent's base URL, its card, or a transport")
@@ -160,7 +188,14 @@ class Client:
         self._stream_timeout = httpx.Timeout(stream_timeout, connect=connect_timeout)
         self._timeout = timeout
         self.max_response_bytes = max_response_bytes
+        self.card_verifier = card_verifier
+        self.allow_insecure_credentials = allow_insecure_credentials
+        # None unless the connection is exposed (plaintext, not loopback) and not allowed: then ``_headers`` checks
+        # every request's headers (``_plaintext``).
+        self._guard: CredentialGuard | None = None
         self._transport = transport
+        if transport is not None:
+            self._guard = self._credential_guard(transport)
         # OpenTelemetry: a CLIENT span per call, its context injected, when an SDK is set up (or a provider given);
         # None otherwise, and then the calls pay nothing for it.
         self._tracer = client_tracer(tracer_provider)
@@ -170,22 +205,72 @@ class Client:
     # --- lifecycle ---------------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Client:
-        await self.connect()
+        try:
+            await self.connect()
+        except BaseException:
+            # ``__aexit__`` does not run when ``__aenter__`` fails: a refused card, an unreachable agent or a refused
+            # credential would leave the HTTP client (and its connection) open.
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    def __repr__(self) -> str:
+        return f"Client({redact_url(self.url or '')!r})"
+
     async def connect(self) -> None:
         """Resolve the card (if needed) and pick the transport."""
         if self._transport is not None:
             return
+        card = await self.resolve_card()
+        self.interface = choose_interface(card, self.preferences, self.protocol_version)
+        transport = self._make_transport(self.interface)
+        try:
+            self._guard = self._credential_guard(transport)
+            if self._guard is not None:
+                self._guard.check(self.headers)  # the fixed headers: refused now, not at the first call
+        except A2AError:
+            await transport.aclose()  # a gRPC channel made for nothing
+            raise
+        self._transport = transport
+
+    async def resolve_card(self) -> AgentCard:
+        """The agent's card: the one given as ``card=``, else fetched from ``url`` and checked by ``card_verifier``
+        (``connect`` does this first, then picks the transport; ``resolve_card`` alone picks none, so a card with
+        no interface this client speaks can still be read)."""
         if self.card is None:
             assert self.url is not None
-            resolver = CardResolver(self._http, max_bytes=self.max_response_bytes)
+            target = card_url(self.url)
+            exposed = guard(
+                target,
+                target[:8].lower() == "https://",
+                self._credential_names(None),
+                allowed=self.allow_insecure_credentials,
+            )
+            if exposed is not None:
+                exposed.check(self.headers)
+            resolver = CardResolver(self._http, max_bytes=self.max_response_bytes, verifier=self.card_verifier)
             self.card = await resolver.get(self.url, headers=self.headers)
-        self.interface = choose_interface(self.card, self.preferences, self.protocol_version)
-        self._transport = self._make_transport(self.interface)
+        return self.card
+
+    def _credential_names(self, card: AgentCard | None) -> set[str]:
+        """Header names that carry a credential: the usual ones, every ``APIKeyAuth``'s, the card's API-key ones."""
+        names = set(CREDENTIAL_HEADERS)
+        names.update(i.header.lower() for i in self.interceptors if isinstance(i, APIKeyAuth))
+        for scheme in card.security_schemes.values() if card is not None else ():
+            api_key = scheme.api_key_security_scheme
+            if api_key is not None and api_key.location.lower() == "header":
+                names.add(api_key.name.lower())
+        return names
+
+    def _credential_guard(self, transport: ClientTransport) -> CredentialGuard | None:
+        url = getattr(transport, "url", None)
+        if not isinstance(url, str):
+            return None  # a transport that names no URL: nothing to judge it by
+        secure = bool(getattr(transport, "secure", True))
+        return guard(url, secure, self._credential_names(self.card), allowed=self.allow_insecure_credentials)
 
     def _make_transport(self, interface: AgentInterface) -> ClientTransport:
         binding = interface.protocol_binding.upper()
@@ -213,6 +298,7 @@ class Client:
                 timeout=self._timeout,
                 stream_timeout=self._stream_timeout.read,
                 v03=legacy,
+                max_response_bytes=self.max_response_bytes,
             )
             return transport
         raise ValueError(f"unsupported binding {binding}")
@@ -235,6 +321,8 @@ class Client:
         out = dict(self.headers)
         for interceptor in self.interceptors:
             out.update(await interceptor.headers(op))
+        if self._guard is not None:
+            self._guard.check(out)
         return out
 
     # --- plumbing ----------------------------------------------------------------------------------------

@@ -6,6 +6,13 @@ Errors come back as the core error classes, read from the ``google.rpc.Status`` 
 (``ErrorInfo.reason`` first, the status code otherwise); ``UNAVAILABLE`` without details is a connection error and
 ``DEADLINE_EXCEEDED`` a timeout, both retryable by the client's policy.
 
+Size: the channel's receive limit is the client's ``max_response_bytes`` (16 MiB by default, as for HTTP bodies and
+SSE events), so one unary answer or one stream message may be that long; grpc's own failure for a longer one
+(RESOURCE_EXHAUSTED "CLIENT: Received message larger than max") is ``A2AResponseTooLargeError``. A server's own
+RESOURCE_EXHAUSTED (a quota, or a request too large for it) stays ``ResourceExhaustedError``.
+
+Messages never show a userinfo the target carries (``_urls.scrub``: grpc quotes the target when it cannot resolve it).
+
 Event ids: a relaykit server (and any server following the same convention) sends ``a2a-first-event-id`` in a
 stream's initial metadata; message *k* then has id first + *k*, and a resumed SubscribeToTask sends
 ``last-event-id``. Without that metadata (e.g. an a2a-sdk server) events carry no id and a resume starts from the
@@ -15,6 +22,7 @@ Task snapshot.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
@@ -29,6 +37,7 @@ from relaykit._errors import (
     ERROR_INFO_TYPE,
     A2AConnectionError,
     A2AError,
+    A2AResponseTooLargeError,
     A2ATimeoutError,
     InvalidAgentResponseError,
     UnsupportedOperationError,
@@ -40,11 +49,14 @@ from relaykit._proto import FIRST_EVENT_ID, RESUME_FROM, SERVICE_NAME, decoder, 
 from relaykit._types import StreamResponse
 from relaykit._v03 import EXTENSIONS_HEADER
 from relaykit._v03 import _grpc as grpc03
-from relaykit.client._transport import A2A_VERSION, StreamEvent
+from relaykit.client._transport import A2A_VERSION, MAX_RESPONSE_BYTES, StreamEvent
+from relaykit.client._urls import redact_url, scrub
 
 __all__ = ["GrpcTransport", "channel_credentials", "grpc_error"]
 
 _DETAILS_KEY = "grpc-status-details-bin"
+# grpc core's words when this side's receive limit stops a message ("CLIENT: ..."; the peer's limit says "SERVER: ").
+_TOO_LARGE = re.compile(r"CLIENT: Received message larger than max \((\d+) vs\. (\d+)\)")
 
 
 def _encode_v03(op: str, request: A2AModel) -> bytes:
@@ -95,7 +107,8 @@ def grpc_error(exc: grpc.aio.AioRpcError, target: str, op03: str | None = None) 
     the operation, when the peer speaks 0.3 (whose errors carry no details; ``grpc03.error_in`` reads them)."""
     code = exc.code()
     name = code.name if code is not None else "UNKNOWN"
-    message = exc.details() or ""
+    message = scrub(exc.details() or "", target)
+    shown = redact_url(target)
     details: list[dict[str, Any]] | None = None
     for key, value in exc.trailing_metadata() or ():
         if key == _DETAILS_KEY and isinstance(value, bytes):
@@ -106,9 +119,14 @@ def grpc_error(exc: grpc.aio.AioRpcError, target: str, op03: str | None = None) 
             break
     if details is None:
         if name == "UNAVAILABLE":
-            return A2AConnectionError(f"cannot reach {target}: {message or 'unavailable'}")
+            return A2AConnectionError(f"cannot reach {shown}: {message or 'unavailable'}")
         if name == "DEADLINE_EXCEEDED":
-            return A2ATimeoutError(f"{target} did not answer in time")
+            return A2ATimeoutError(f"{shown} did not answer in time")
+        if name == "RESOURCE_EXHAUSTED" and (found := _TOO_LARGE.search(message)) is not None:
+            return A2AResponseTooLargeError(
+                f"{shown} sent a message of {found.group(1)} bytes, larger than {found.group(2)} "
+                "(the client's max_response_bytes)"
+            )
         if op03 is not None and (meant := grpc03.error_in(op03, name, message)) is not None:
             return meant
     return error_from_grpc(name, message, details)  # UNAVAILABLE is retried by the client's policy (``retryable``)
@@ -135,6 +153,9 @@ def channel_credentials(
 class GrpcTransport:
     """A2A over gRPC to one ``host:port``.
 
+    ``max_response_bytes`` bounds each message received (the channel's ``grpc.max_receive_message_length``).
+    ``secure`` says whether the channel has TLS (a given ``channel`` is taken as the caller's: ``True``).
+
     >>> # transport = GrpcTransport("localhost:50051")
     >>> # async with Client(transport=transport) as client: ...
     """
@@ -152,6 +173,7 @@ class GrpcTransport:
         credentials: grpc.ChannelCredentials | None = None,
         options: tuple[tuple[str, Any], ...] = (),
         v03: bool = False,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self.url = url
         # An A2A 0.3 interface: service a2a.v1.A2AService through the 0.3 codec, no a2a-version metadata.
@@ -161,9 +183,13 @@ class GrpcTransport:
         self.timeout = timeout
         self.stream_timeout = stream_timeout
         self._owns_channel = channel is None
+        self.max_response_bytes = max_response_bytes
+        # The credentials rule (``_plaintext``) reads this: a channel the caller made is theirs to judge.
+        self.secure = secure or credentials is not None or channel is not None
         if channel is None:
             opts = (
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                # One bound for every binding: what an HTTP body or SSE event may hold, a gRPC message may hold.
+                ("grpc.max_receive_message_length", max_response_bytes),
                 ("grpc.max_send_message_length", 64 * 1024 * 1024),
                 *options,
             )
@@ -203,6 +229,9 @@ class GrpcTransport:
                 self._unary[op.name] = channel.unary_unary(path)
                 self._decoders[op.name] = functools.partial(grpc03.decode_result, op)
             self._encoders[op.name] = functools.partial(_encode_v03, op.name)
+
+    def __repr__(self) -> str:
+        return f"GrpcTransport({redact_url(self.url)!r})"
 
     async def aclose(self) -> None:
         """Close the channel (when this transport made it)."""

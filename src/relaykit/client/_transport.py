@@ -8,6 +8,10 @@ which the client's retry policy retries. Streams yield ``(event id or None, Stre
 A hostile or broken server cannot make the client hold unbounded memory: a response body, and each SSE event (each
 line too), may be ``max_response_bytes`` long (counted as the bytes arrive); beyond it the read stops with
 ``A2AResponseTooLargeError`` and the connection is closed.
+
+Credentials in a URL never reach a message or a log line (``_urls``): an interface URL's userinfo is sent as the
+Basic auth httpx would make of it, the URL without it; every error message shows ``redact_url(url)``, and text
+quoted from httpx is ``scrub``bed.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from relaykit._types import StreamResponse
 from relaykit._v03 import EXTENSIONS_HEADER
 from relaykit._v03 import _rest as rest03
 from relaykit._v03 import _rpc as rpc03
+from relaykit.client._urls import redact_url, scrub, sendable
 
 __all__ = ["MAX_RESPONSE_BYTES", "ClientTransport", "JSONRPCTransport", "RESTTransport", "StreamEvent"]
 
@@ -88,17 +93,24 @@ def describe(exc: Exception) -> str:
     """
     if isinstance(exc, httpx.LocalProtocolError):
         return "the request is not valid HTTP (a header name or value with a control character?)"
-    return str(exc) or type(exc).__name__
+    # Any URL httpx quotes (a proxy's, an invalid one) is shown redacted.
+    return scrub(str(exc)) or type(exc).__name__
 
 
 def _transport_error(exc: Exception, url: str) -> A2AError:
     if isinstance(exc, httpx.TimeoutException):
-        return A2ATimeoutError(f"{url} did not answer in time ({type(exc).__name__})")
-    return A2AConnectionError(f"cannot reach {url}: {describe(exc)}")
+        return A2ATimeoutError(f"{redact_url(url)} did not answer in time ({type(exc).__name__})")
+    return A2AConnectionError(f"cannot reach {redact_url(url)}: {describe(exc)}")
 
 
 def _too_large(url: str, limit: int, what: str) -> A2AResponseTooLargeError:
-    return A2AResponseTooLargeError(f"{url} sent {what} larger than {limit} bytes (the client's max_response_bytes)")
+    return A2AResponseTooLargeError(
+        f"{redact_url(url)} sent {what} larger than {limit} bytes (the client's max_response_bytes)"
+    )
+
+
+def _answered(url: str, status: int) -> str:
+    return f"{redact_url(url)} answered HTTP {status}"
 
 
 async def read_body(response: httpx.Response, limit: int, url: str) -> bytes:
@@ -229,7 +241,9 @@ def _rest_error(status: int, payload: Any, url: str) -> A2AError:
     it), not TaskNotFoundError."""
     has_status = isinstance(payload, dict) and isinstance(payload.get("error"), dict)
     if status == 404 and not has_status:
-        return MethodNotFoundError(f"{url} answered 404 without an A2A error: no such operation at this URL")
+        return MethodNotFoundError(
+            f"{redact_url(url)} answered 404 without an A2A error: no such operation at this URL"
+        )
     return error_from_status(status, payload)
 
 
@@ -261,6 +275,11 @@ class _HTTPTransport:
         max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         self.url = url
+        # What goes to httpx: the URL without userinfo, which becomes the Basic auth httpx would have derived from it
+        # (a client-wide ``auth`` wins, as in httpx), so no log line or request repr shows it (module docstring).
+        send_url, basic = sendable(url)
+        self._send_url = send_url
+        self._auth: httpx.Auth | Any = basic if basic is not None and client.auth is None else httpx.USE_CLIENT_DEFAULT
         # The most one response body or stream event may hold (module docstring).
         self.max_response_bytes = max_response_bytes
         # An A2A 0.3 interface: the same calls, through the 0.3 codec (relaykit._v03), with no A2A-Version header.
@@ -273,6 +292,14 @@ class _HTTPTransport:
         self.stream_timeout: httpx.Timeout | Any = (
             stream_timeout if stream_timeout is not None else httpx.USE_CLIENT_DEFAULT
         )
+
+    @property
+    def secure(self) -> bool:
+        """Whether the connection has TLS (an ``https`` URL)."""
+        return self.url[:8].lower() == "https://"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({redact_url(self.url)!r})"
 
     async def aclose(self) -> None:
         if self.owns_client:
@@ -315,15 +342,16 @@ class JSONRPCTransport(_HTTPTransport):
         try:
             async with self.client.stream(
                 "POST",
-                self.url,
+                self._send_url,
                 content=self._body(op, request),
                 headers={"Content-Type": "application/json", **self._headers(headers)},
+                auth=self._auth,
             ) as response:
                 content = await read_body(response, self.max_response_bytes, self.url)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, self.url) from None
         if response.status_code in _RETRYABLE_STATUS:
-            message = f"{self.url} answered HTTP {response.status_code}"
+            message = _answered(self.url, response.status_code)
             raise _unavailable(response.status_code, message, content, jsonrpc=True)
         try:
             envelope = pydantic_core.from_json(content)
@@ -347,11 +375,16 @@ class JSONRPCTransport(_HTTPTransport):
             extra["Last-Event-ID"] = last_event_id
         try:
             async with self.client.stream(
-                "POST", self.url, content=self._body(op, request), headers=extra, timeout=self.stream_timeout
+                "POST",
+                self._send_url,
+                content=self._body(op, request),
+                headers=extra,
+                timeout=self.stream_timeout,
+                auth=self._auth,
             ) as response:
                 limit = self.max_response_bytes
                 if response.status_code in _RETRYABLE_STATUS:
-                    message = f"{self.url} answered HTTP {response.status_code}"
+                    message = _answered(self.url, response.status_code)
                     body = await read_body(response, limit, self.url)
                     raise _unavailable(response.status_code, message, body, jsonrpc=True)
                 if not response.headers.get("content-type", "").startswith("text/event-stream"):
@@ -392,7 +425,7 @@ class RESTTransport(_HTTPTransport):
     def _target(self, op: Operation, request: A2AModel) -> tuple[str, str, bytes | None, dict[str, str]]:
         if self.v03:
             method, path, body03, query = rest03.request_target(op.name, request)
-            return method, self.url.rstrip("/") + path, body03, query
+            return method, self._send_url.rstrip("/") + path, body03, query
         route = op.routes[0]
         data = self._with_tenant(request).to_dict()
         path = route.path
@@ -401,7 +434,7 @@ class RESTTransport(_HTTPTransport):
             if token in path:
                 path = path.replace(token, quote(str(data.pop(name, "")), safe=""))
         tenant = data.pop("tenant", "") or self.tenant
-        base = self.url.rstrip("/")
+        base = self._send_url.rstrip("/")
         url = f"{base}/{tenant}{path}" if tenant else f"{base}{path}"
         if route.body:
             return route.method, url, pydantic_core.to_json(data), {}
@@ -414,12 +447,14 @@ class RESTTransport(_HTTPTransport):
         if body is not None:
             extra["Content-Type"] = "application/json" if self.v03 else "application/a2a+json"
         try:
-            async with self.client.stream(method, url, content=body, params=params or None, headers=extra) as response:
+            async with self.client.stream(
+                method, url, content=body, params=params or None, headers=extra, auth=self._auth
+            ) as response:
                 content = await read_body(response, self.max_response_bytes, url)
         except httpx.HTTPError as exc:
             raise _transport_error(exc, url) from None
         if response.status_code in _RETRYABLE_STATUS:
-            raise _unavailable(response.status_code, f"{url} answered HTTP {response.status_code}", content)
+            raise _unavailable(response.status_code, _answered(url, response.status_code), content)
         try:
             payload = pydantic_core.from_json(content) if content else {}
         except ValueError:
@@ -451,11 +486,17 @@ class RESTTransport(_HTTPTransport):
             extra["Last-Event-ID"] = last_event_id
         try:
             async with self.client.stream(
-                method, url, content=body, params=params or None, headers=extra, timeout=self.stream_timeout
+                method,
+                url,
+                content=body,
+                params=params or None,
+                headers=extra,
+                timeout=self.stream_timeout,
+                auth=self._auth,
             ) as response:
                 limit = self.max_response_bytes
                 if response.status_code in _RETRYABLE_STATUS:
-                    message = f"{url} answered HTTP {response.status_code}"
+                    message = _answered(url, response.status_code)
                     raise _unavailable(response.status_code, message, await read_body(response, limit, url))
                 if response.status_code >= 400 or not response.headers.get("content-type", "").startswith(
                     "text/event-stream"

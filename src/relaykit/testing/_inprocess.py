@@ -272,6 +272,8 @@ class InProcessClient:
         self.app = build_app(target, public_url=base_url, **dict(app_options or {}))
         self.transport = StreamingASGITransport(self.app)
         self.http = httpx.AsyncClient(transport=self.transport, base_url=base_url, timeout=httpx.Timeout(60.0))
+        # Nothing leaves the process (the ASGI transport), so credentials to the made-up host are no exposure.
+        client_options.setdefault("allow_insecure_credentials", True)
         self.client = Client(base_url, http=self.http, headers=headers, transports=transports, **client_options)
         self._started_server = False
         self._lifespan: _Lifespan | None = None

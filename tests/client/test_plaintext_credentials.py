@@ -1,0 +1,138 @@
+"""Credentials never go without TLS to a host that is not loopback unless the caller opts in: one rule for JSON-RPC,
+HTTP+JSON, gRPC and the card request.
+
+Remote hosts here are TEST-NET addresses (192.0.2.0/24, RFC 5737) and ``agent.example``: an httpx request hook
+records what the client tried to send, so a refusal is seen to happen before any request is made; the one test that
+lets a request go bounds it with a short connect timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import httpx
+import pytest
+
+from relaykit.client import APIKeyAuth, BearerAuth, Client, RetryPolicy
+from relaykit.client._card import grpc_available
+from relaykit.errors import A2AError, A2AInsecureCredentialsError
+from relaykit.types import AgentCard, AgentInterface, SecurityScheme
+from relaykit.types import APIKeySecurityScheme as APIKey
+
+T = 10.0
+REMOTE = "http://192.0.2.10:8000"
+AGENT_KEY = APIKey(location="header", name="X-Agent-Key")  # a card's API-key scheme: this header is a credential
+
+
+def _card(binding: str, url: str, **extra: object) -> AgentCard:
+    interface = AgentInterface(protocol_binding=binding, url=url, protocol_version="1.0")
+    return AgentCard(name="remote", description="d", version="1", supported_interfaces=[interface], **extra)
+
+
+class Recorder:
+    """An httpx client whose request hook keeps every request it was about to send."""
+
+    def __init__(self) -> None:
+        self.sent: list[httpx.Request] = []
+        self.http = httpx.AsyncClient(event_hooks={"request": [self.record]}, timeout=httpx.Timeout(T, connect=0.5))
+
+    async def record(self, request: httpx.Request) -> None:
+        self.sent.append(request)
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_a_bearer_token_is_refused_over_plain_http_to_a_remote_host(binding: str) -> None:
+    recorder = Recorder()
+    client = Client(card=_card(binding, REMOTE + "/"), http=recorder.http, interceptors=[BearerAuth("s3cret")])
+    async with asyncio.timeout(T), client:
+        with pytest.raises(A2AInsecureCredentialsError) as refused:
+            await client.get_task("t-1")
+        with pytest.raises(A2AInsecureCredentialsError):
+            async for _ in client.subscribe("t-1"):
+                pass
+    await recorder.http.aclose()
+    assert recorder.sent == []
+    assert "Authorization" in refused.value.message
+    assert "s3cret" not in refused.value.message
+    assert "allow_insecure_credentials" in refused.value.message
+
+
+async def _first_call(client: Client) -> None:
+    async with client:  # fixed headers are refused here
+        await client.get_task("t-1")  # an interceptor's at its first call
+
+
+@pytest.mark.parametrize(
+    ("headers", "interceptors", "schemes"),
+    [
+        ({"X-API-Key": "k"}, [], {}),
+        ({"Cookie": "session=k"}, [], {}),
+        ({}, [APIKeyAuth("k", header="X-Secret")], {}),
+        ({"X-Agent-Key": "k"}, [], {"key": SecurityScheme(api_key_security_scheme=AGENT_KEY)}),
+    ],
+    ids=["x-api-key", "cookie", "api-key-interceptor", "card-api-key-scheme"],
+)
+async def test_every_kind_of_credential_is_refused(
+    headers: Mapping[str, str], interceptors: list[APIKeyAuth], schemes: dict[str, SecurityScheme]
+) -> None:
+    recorder = Recorder()
+    card = _card("JSONRPC", "http://agent.example/a2a", security_schemes=schemes)
+    client = Client(card=card, http=recorder.http, headers=headers, interceptors=interceptors)
+    async with asyncio.timeout(T):
+        with pytest.raises(A2AInsecureCredentialsError):
+            await _first_call(client)
+    await recorder.http.aclose()
+    assert recorder.sent == []
+
+
+async def test_userinfo_and_the_card_request_follow_the_same_rule() -> None:
+    recorder = Recorder()
+    async with asyncio.timeout(T):
+        with pytest.raises(A2AInsecureCredentialsError, match="userinfo"):
+            await Client(card=_card("JSONRPC", "http://user:s3cret@192.0.2.10/"), http=recorder.http).connect()
+        with pytest.raises(A2AInsecureCredentialsError, match="Authorization"):
+            await Client(REMOTE, http=recorder.http, headers={"Authorization": "Bearer s3cret"}).connect()
+        with pytest.raises(A2AInsecureCredentialsError, match="userinfo") as refused:
+            await Client("http://user:s3cret@192.0.2.10:8000", http=recorder.http).connect()
+    await recorder.http.aclose()
+    assert recorder.sent == []
+    assert "s3cret" not in refused.value.message
+
+
+@pytest.mark.skipif(not grpc_available(), reason="grpcio is an optional extra")
+@pytest.mark.parametrize("url", ["192.0.2.10:50051", "grpc://agent.example:50051", "http://192.0.2.10:50051"])
+async def test_plaintext_grpc_to_a_remote_host_refuses_credentials(url: str) -> None:
+    client = Client(card=_card("GRPC", url), transports=["GRPC"], interceptors=[BearerAuth("s3cret")])
+    async with asyncio.timeout(T), client:
+        with pytest.raises(A2AInsecureCredentialsError):
+            await client.send("hello")
+
+
+async def test_loopback_tls_and_the_opt_in_are_not_refused() -> None:
+    recorder = Recorder()
+    bearer = [BearerAuth("s3cret")]
+    once = RetryPolicy(attempts=1)
+    async with asyncio.timeout(T):
+        # Loopback and TLS: the request is made (and fails to connect: nothing listens there).
+        for url in ("http://127.0.0.1:1/", "http://localhost:1/", "http://[::1]:1/", "https://192.0.2.10:8000/"):
+            client = Client(card=_card("JSONRPC", url), http=recorder.http, interceptors=bearer, retry=once)
+            async with client:
+                with pytest.raises(A2AError) as failed:
+                    await client.get_task("t-1")
+                assert not isinstance(failed.value, A2AInsecureCredentialsError), url
+        # The explicit opt-in: the token goes to the remote plaintext host.
+        client = Client(
+            card=_card("JSONRPC", REMOTE + "/"),
+            http=recorder.http,
+            interceptors=bearer,
+            retry=once,
+            allow_insecure_credentials=True,
+        )
+        async with client:
+            with pytest.raises(A2AError) as failed:
+                await client.get_task("t-1")
+            assert not isinstance(failed.value, A2AInsecureCredentialsError)
+    await recorder.http.aclose()
+    assert [str(r.url.host) for r in recorder.sent] == ["127.0.0.1", "localhost", "::1", "192.0.2.10", "192.0.2.10"]
+    assert all(r.headers["authorization"] == "Bearer s3cret" for r in recorder.sent)
