@@ -136,6 +136,7 @@ async def _probe(card: AgentCard, index: int, interface: AgentInterface, session
             timeout=PROBE_TIMEOUT,
             connect_timeout=PROBE_TIMEOUT,
             retry=RetryPolicy(attempts=1),
+            allow_insecure_credentials=True,  # as open_client (inspector._session) says why
         )
         try:
             await client.connect()

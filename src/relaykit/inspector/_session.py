@@ -204,6 +204,10 @@ async def open_client(session: Session, http: httpx.AsyncClient, cards: CardCach
         connect_timeout=CONNECT_TIMEOUT,
         # The inspector shows what happened: no silent retries.
         retry=RetryPolicy(attempts=1),
+        # The inspector sends the headers its user typed to the URL they typed, as curl does (its card and
+        # OpenAPI fetches too): the client's refusal of credentials in clear protects programs whose credentials
+        # come from configuration, not a person at the page, who sees the URL they are sending to.
+        allow_insecure_credentials=True,
     )
     try:
         await client.connect()
