@@ -42,8 +42,10 @@ async def test_the_typed_credential_reaches_a_plaintext_remote_agent() -> None:
         return httpx.Response(200, json={"jsonrpc": "2.0", "id": rpc["id"], "error": error})
 
     session = Session(url=AGENT, headers={"Authorization": "Bearer typed"})
-    async with httpx.AsyncClient(transport=httpx.MockTransport(agent)) as http:
-        async with open_client(session, http, CardCache()) as client:
-            with pytest.raises(TaskNotFoundError):
-                await client.get_task("t-1")
+    async with (
+        httpx.AsyncClient(transport=httpx.MockTransport(agent)) as http,
+        open_client(session, http, CardCache()) as client,
+    ):
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task("t-1")
     assert seen == [("/.well-known/agent-card.json", "Bearer typed"), ("/", "Bearer typed")]
