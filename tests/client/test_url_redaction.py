@@ -73,8 +73,8 @@ async def test_the_card_url_is_redacted_in_errors() -> None:
 async def test_interface_urls_are_redacted_and_the_userinfo_still_sent(
     gateway: MiniHTTP, binding: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # A query on a REST base URL is not joined to the routes (they follow the path): JSON-RPC's alone carries one.
-    query = f"?api_key={KEY}" if binding == "JSONRPC" else ""
+    # A query on the interface URL (a gateway's key) is sent with every call; REST's routes go before it.
+    query = f"?api_key={KEY}"
     closed = f"http://user:{SECRET}@127.0.0.1:{_closed_port()}/a2a{query}"
     reached = f"http://user:{SECRET}@127.0.0.1:{gateway.port}/a2a{query}"
     caplog.set_level(logging.INFO, logger="httpx")
@@ -99,6 +99,8 @@ async def test_interface_urls_are_redacted_and_the_userinfo_still_sent(
         expected = "Basic " + base64.b64encode(f"user:{SECRET}".encode()).decode()
         assert request.headers["authorization"] == expected
         assert request.target.endswith(query)
+        if binding == "HTTP+JSON":
+            assert request.target.startswith("/a2a/tasks/t-1"), request.target
 
 
 def test_a_card_listing_is_redacted() -> None:

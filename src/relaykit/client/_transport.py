@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any, Protocol, runtime_checkable
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 import pydantic_core
@@ -422,10 +422,19 @@ class RESTTransport(_HTTPTransport):
 
     binding = "HTTP+JSON"
 
+    def _route(self, path: str) -> str:
+        """The interface URL with ``path`` appended to its path, its query kept after it (an interface URL may carry
+        one, e.g. a gateway's key: the routes go before it, not into it), its fragment dropped (never sent)."""
+        base = self._send_url
+        if "?" not in base and "#" not in base:
+            return base.rstrip("/") + path
+        parts = urlsplit(base)
+        return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + path, parts.query, ""))
+
     def _target(self, op: Operation, request: A2AModel) -> tuple[str, str, bytes | None, dict[str, str]]:
         if self.v03:
             method, path, body03, query = rest03.request_target(op.name, request)
-            return method, self._send_url.rstrip("/") + path, body03, query
+            return method, self._route(path), body03, query
         route = op.routes[0]
         data = self._with_tenant(request).to_dict()
         path = route.path
@@ -434,8 +443,7 @@ class RESTTransport(_HTTPTransport):
             if token in path:
                 path = path.replace(token, quote(str(data.pop(name, "")), safe=""))
         tenant = data.pop("tenant", "") or self.tenant
-        base = self._send_url.rstrip("/")
-        url = f"{base}/{tenant}{path}" if tenant else f"{base}{path}"
+        url = self._route(f"/{tenant}{path}" if tenant else path)
         if route.body:
             return route.method, url, pydantic_core.to_json(data), {}
         params = {k: _query_value(v) for k, v in data.items()}
