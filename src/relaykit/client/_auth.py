@@ -10,6 +10,7 @@ merges what every interceptor returns into each request, in order.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol, runtime_checkable
@@ -17,6 +18,8 @@ from typing import Protocol, runtime_checkable
 import httpx
 
 from relaykit._errors import AuthenticationRequiredError
+from relaykit.client._plaintext import exposed, refusal
+from relaykit.client._urls import redact_url
 
 __all__ = ["APIKeyAuth", "BearerAuth", "Interceptor", "OAuth2ClientCredentials", "TraceContext"]
 
@@ -51,8 +54,21 @@ class APIKeyAuth:
         return {self.header: self.key}
 
 
+# The most a token endpoint's answer may hold: a token response is a few KiB at most.
+_MAX_TOKEN_RESPONSE = 64 * 1024
+
+
 class OAuth2ClientCredentials:
-    """OAuth 2.0 client-credentials token provider (RFC 6749 §4.4): fetches, caches and refreshes a bearer token."""
+    """OAuth 2.0 client-credentials token provider (RFC 6749 §4.4): fetches, caches and refreshes a bearer token.
+
+    The client secret goes to ``token_url`` as Basic auth, so, as RFC 6749 §3.2 requires, only over TLS, or to a
+    loopback host (development); ``allow_insecure=True`` lifts that, as ``Client(allow_insecure_credentials=True)``
+    does for the agent's URL. Every failure to get a token is an ``AuthenticationRequiredError`` whose message names
+    the endpoint with its userinfo and query values masked, never the secret.
+
+    >>> auth = OAuth2ClientCredentials("https://idp.example/token", "my-client", "s3cret", scopes=("a2a",))
+    >>> # Client(url, interceptors=[auth])
+    """
 
     def __init__(
         self,
@@ -63,7 +79,10 @@ class OAuth2ClientCredentials:
         scopes: tuple[str, ...] = (),
         http: httpx.AsyncClient | None = None,
         leeway: float = 30.0,
+        allow_insecure: bool = False,
     ) -> None:
+        if not allow_insecure and exposed(token_url, token_url[:8].lower() == "https://"):
+            raise refusal(token_url, "the OAuth client secret")
         self.token_url = token_url
         self.client_id = client_id
         self.client_secret = client_secret
@@ -82,19 +101,36 @@ class OAuth2ClientCredentials:
             form = {"grant_type": "client_credentials"}
             if self.scopes:
                 form["scope"] = " ".join(self.scopes)
+            where = f"token endpoint {redact_url(self.token_url)}"
             http = self.http or httpx.AsyncClient(timeout=30.0)
             try:
-                response = await http.post(self.token_url, data=form, auth=(self.client_id, self.client_secret))
+                auth = (self.client_id, self.client_secret)
+                async with http.stream("POST", self.token_url, data=form, auth=auth) as response:
+                    content = b""
+                    async for piece in response.aiter_bytes():
+                        content += piece
+                        if len(content) > _MAX_TOKEN_RESPONSE:
+                            raise AuthenticationRequiredError(f"{where} answered more than {_MAX_TOKEN_RESPONSE} bytes")
+            except httpx.HTTPError as exc:
+                # httpx's text names no credential, but may name the URL: only its class is shown.
+                raise AuthenticationRequiredError(f"{where} unreachable ({type(exc).__name__})") from None
             finally:
                 if self.http is None:
                     await http.aclose()
             if response.status_code != 200:
                 raise AuthenticationRequiredError(
-                    f"token endpoint {self.token_url} refused the client credentials (HTTP {response.status_code})"
+                    f"{where} refused the client credentials (HTTP {response.status_code})"
                 )
-            body = response.json()
-            self._token = str(body["access_token"])
-            self._expires = time.monotonic() + float(body.get("expires_in", 3600))
+            try:
+                body = json.loads(content)
+                token = body["access_token"]
+                lifetime = float(body.get("expires_in", 3600))
+            except (ValueError, TypeError, KeyError, AttributeError):
+                raise AuthenticationRequiredError(f"{where} answered no usable access token") from None
+            if not isinstance(token, str) or not token:
+                raise AuthenticationRequiredError(f"{where} answered no usable access token")
+            self._token = token
+            self._expires = time.monotonic() + lifetime
             return self._token
 
     async def headers(self, operation: str) -> Mapping[str, str]:
