@@ -10,12 +10,14 @@ with the server down they skip, under ``CI=true`` they fail. Expiry is awaited w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -25,6 +27,7 @@ if os.environ.get("CI", "").strip().lower() not in ("1", "true", "yes"):
 
 import asyncpg
 import httpx
+from support.servers import RoundRobinProxy
 
 from relaykit._enums import TaskState
 from relaykit._types import Task, TaskPushNotificationConfig, TaskStatus
@@ -562,3 +565,165 @@ async def test_two_senders_never_deliver_one_stream_at_once(postgres_url: str, p
             # Each replica delivers a stream in seq order.
             seqs = [int(e[1:].split("-")[0]) for r, e in deliveries if r == replica and e.endswith(f"-{config}")]
             assert seqs == sorted(seqs)
+
+
+# --- a lost lease stops its runner ------------------------------------------------------------------------------
+
+LOST_TTL = 1.0  # seconds: the lease of the replica that loses it
+RETRY = 2.0  # seconds its runner waits to retry: longer than the lease lasts unrenewed
+
+
+async def test_lease_left_is_how_long_a_held_lease_surely_lasts(postgres_url: str, pg_namespace: str) -> None:
+    async with outbox_on(postgres_url, pg_namespace, lease_ttl=LOST_TTL, renew_every=0) as a:
+
+        async def aged() -> bool:
+            return a.lease_left(STREAM, "a#1") < LOST_TTL / 2
+
+        async def ran_out() -> bool:
+            return a.lease_left(STREAM, "a#1") == 0.0
+
+        assert await ran_out()  # not held
+        assert await a.claim(STREAM, "a#1")
+        assert 0.0 < a.lease_left(STREAM, "a#1") <= LOST_TTL
+        assert a.lease_left(STREAM, "a#2") == 0.0  # another holder of this process
+        await eventually(aged, "the lease ages")
+        assert await a.renew() == 1
+        assert not await aged()  # renewed: valid for the whole ttl again
+        # Not renewed: it runs out on this process's clock (the database is not asked).
+        await eventually(ran_out, "the lease runs out unrenewed")
+        assert await a.claim(STREAM, "a#1")
+        await a.release(STREAM, "a#1")
+        assert await ran_out()
+
+
+class _Receiver:
+    """Replica a's and b's webhook transports: what each delivered. a's first request fails (``"fail"``: HTTP 500,
+    retried after ``RETRY``) or never ends (``"hang"``: it is in flight when the lease runs out)."""
+
+    def __init__(self, first: str) -> None:
+        self.first = first
+        self.delivered: list[tuple[str, str]] = []  # (replica, event id)
+        self.a_busy = asyncio.Event()  # a's first request came
+        self.a_cut = asyncio.Event()  # ... and was cancelled in flight
+
+    def transport(self, replica: str) -> httpx.MockTransport:
+        async def handle(request: httpx.Request) -> httpx.Response:
+            if replica == "a" and not self.a_busy.is_set():
+                self.a_busy.set()
+                if self.first == "fail":
+                    return httpx.Response(500, stream=httpx.ByteStream(b""))  # not pre-read: the sender streams it
+                try:
+                    await asyncio.Event().wait()  # a receiver that takes its time
+                except asyncio.CancelledError:
+                    self.a_cut.set()
+                    raise
+            self.delivered.append((replica, request.headers["x-relaykit-event-id"]))
+            return httpx.Response(200, stream=httpx.ByteStream(b""))
+
+        return httpx.MockTransport(handle)
+
+
+async def _seed(postgres_url: str, namespace: str, events: list[str]) -> None:
+    setup = PostgresTaskStore(postgres_url, namespace=namespace, exclusive=False)
+    configs = PostgresPushConfigStore(setup)
+    seed = PostgresPushOutbox(setup)
+    await setup.start()
+    await configs.start()
+    await seed.start()
+    try:
+        await configs.put(TaskPushNotificationConfig(task_id="t1", id="c1", url="https://hooks.example.com/c1"))
+        fresh = [entry(i, event=event) for i, event in enumerate(events, 1)]
+        for item in fresh:
+            item.created_at = time.time()
+        await seed.commit(OutboxChanges(added=fresh))
+    finally:
+        await seed.close()
+        await configs.close()
+        await setup.close()
+
+
+async def _replica(
+    stack: contextlib.AsyncExitStack, name: str, postgres_url: str, outbox_url: str, namespace: str, http: Any
+) -> PushSender:
+    configs = PostgresPushConfigStore(postgres_url, namespace=namespace)
+    await configs.start()
+    stack.push_async_callback(configs.close)
+    client = httpx.AsyncClient(transport=http)
+    stack.push_async_callback(client.aclose)
+    outbox = PostgresPushOutbox(outbox_url, namespace=namespace, lease_ttl=LOST_TTL)
+    sender = PushSender(
+        configs,
+        outbox,
+        http=client,
+        worker=name,
+        policy=DeliveryPolicy(backoff=RETRY, max_backoff=RETRY, jitter=0, suspend_after=0),
+    )
+    await sender.start()
+    stack.push_async_callback(sender.stop)
+    return sender
+
+
+@pytest.mark.parametrize("first", ["fail", "hang"])
+async def test_a_holder_that_cannot_renew_its_lease_stops_delivering(
+    postgres_url: str, pg_namespace: str, first: str
+) -> None:
+    """Replica a holds a stream, waiting to retry (``fail``) or with a request in flight (``hang``), when PostgreSQL
+    becomes unreachable for it longer than the lease. Its lease runs out unrenewed: a stops (the request in flight is
+    cut), delivers nothing more, and leaves the notifications to replica b, which takes the stream over."""
+    events = ["e1", "e2", "e3"]
+    await _seed(postgres_url, pg_namespace, events)
+    receiver = _Receiver(first)
+    parts = urlsplit(postgres_url)
+    pg_port = parts.port or 5432
+    async with contextlib.AsyncExitStack() as stack:
+        proxy = await stack.enter_async_context(RoundRobinProxy([pg_port]))
+        user = parts.netloc.rpartition("@")[0]
+        via_proxy = urlunsplit(
+            parts._replace(netloc=f"{user}@127.0.0.1:{proxy.port}" if user else f"127.0.0.1:{proxy.port}")
+        )
+        a = await _replica(stack, "a", postgres_url, via_proxy, pg_namespace, receiver.transport("a"))
+        await asyncio.wait_for(receiver.a_busy.wait(), WAIT)
+        assert await holder_of_stream(postgres_url, pg_namespace) == "a#1"
+        await asyncio.to_thread(proxy.remove_backend, pg_port)  # PostgreSQL unreachable for a, with its renewals
+        b = await _replica(stack, "b", postgres_url, postgres_url, pg_namespace, receiver.transport("b"))
+
+        async def b_delivered_all() -> bool:
+            return [e for r, e in receiver.delivered if r == "b"] == events
+
+        await eventually(b_delivered_all, "b delivers every notification")
+        await asyncio.wait_for(b.drained(), WAIT)
+        if first == "hang":
+            assert receiver.a_cut.is_set()  # cut when the lease ran out, not at the 10 s request timeout
+        await asyncio.to_thread(proxy.add_backend, pg_port)  # back: a's writer can commit, a can drain
+        await asyncio.wait_for(a.drained(), WAIT)  # a's runner has ended
+        assert not await a.outbox.pending()
+    assert receiver.delivered == [("b", e) for e in events]  # a delivered nothing once its lease ran out
+
+
+async def test_a_holder_whose_lease_is_taken_over_stops_delivering(postgres_url: str, pg_namespace: str) -> None:
+    """Replica a waits to retry a stream when its lease is found taken over (here: its row rewritten) at a renewal:
+    a delivers nothing more, and the notifications stay in the outbox for the lease's holder."""
+    events = ["e1", "e2", "e3"]
+    await _seed(postgres_url, pg_namespace, events)
+    receiver = _Receiver("fail")
+    async with contextlib.AsyncExitStack() as stack:
+        a = await _replica(stack, "a", postgres_url, postgres_url, pg_namespace, receiver.transport("a"))
+        await asyncio.wait_for(receiver.a_busy.wait(), WAIT)
+        conn = await asyncpg.connect(postgres_url, timeout=WAIT)
+        try:
+            await conn.execute(
+                f"UPDATE {pg_namespace}_push_leases SET worker = 'thief', expires_at = now() + interval '1 hour'"
+            )
+        finally:
+            await conn.close()
+        assert await a.outbox.renew() == 0  # type: ignore[attr-defined]
+        await asyncio.wait_for(a.drained(), WAIT)  # a's runner has ended
+        assert await holder_of_stream(postgres_url, pg_namespace) == "thief"
+        pending = await a.outbox.pending()
+    assert receiver.delivered == []
+    assert [(e.event_id, e.dead_at) for e in pending] == [(e, None) for e in events]
+
+
+async def holder_of_stream(postgres_url: str, namespace: str) -> str | None:
+    async with outbox_on(postgres_url, namespace) as box:
+        return await box.holder(STREAM)

@@ -396,7 +396,9 @@ class PushOutbox(Protocol):
 
     Leases: a sender ``claim``s a stream before delivering it and ``release``s it after, so two senders never
     deliver the same (task, config) at once. The embedded stores serve one process, so their claims are
-    in-process; a store shared by several processes implements them as expiring lease rows.
+    in-process; a store shared by several processes implements them as expiring lease rows, and then also
+    ``lease_left(stream, worker) -> float``: the seconds its holder's lease is surely still valid (0 once lost), which
+    the sender checks before, and bounds, every attempt (the embedded stores' leases cannot be lost: no such method).
 
     Owed markers (``relaykit.push._owed``): an outbox that lives with a durable task store (the same SQLite file, the
     same PostgreSQL namespace) clears the markers of ``OutboxChanges.settled`` in its commit, and has

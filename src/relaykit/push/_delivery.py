@@ -5,6 +5,13 @@ hook, fills it. Rules every line below keeps:
 
 * one runner per stream, and a store lease (``PushOutbox.claim``) per runner, so two deliveries of the same
   (task, config) never overlap, on one replica or across replicas;
+* with leases that can be lost (an outbox shared by replicas has ``lease_left``), a runner attempts only while its
+  lease is surely valid, and an attempt in flight is cut when that validity runs out; once the lease is lost
+  (taken over) or ran out unrenewed, the runner stops and forgets its queue without writing anything: the entries
+  stay in the outbox for the lease's next holder (the sweep of any replica, this one included, takes them up once
+  no live lease covers them);
+* an attempt holds a slot of its destination, of its owner and of the total (``_slots``): a receiver that never
+  answers holds only its destination's share;
 * an entry leaves its queue only as delivered, dead (``max_attempts``, ``max_age``, or its config suspended) or
   discarded (its config deleted); a retry waits ``DeliveryPolicy.delay`` (honouring ``Retry-After``);
 * every result goes through the write-behind batch (``OutboxWriter``), never straight to the store;
@@ -20,6 +27,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -31,6 +39,7 @@ from relaykit.push._outbox import OutboxWriter
 from relaykit.push._owed import recover_owed
 from relaykit.push._policy import DeliveryPolicy
 from relaykit.push._signing import PushSigner
+from relaykit.push._slots import DeliverySlots, destination
 from relaykit.push._suspend import Suspensions
 from relaykit.push._webhook import post_webhook, webhook_headers
 
@@ -40,12 +49,15 @@ log = logging.getLogger("relaykit.push")
 
 
 class _Stream:
-    __slots__ = ("key", "queue", "runner")
+    __slots__ = ("destination", "holder", "key", "queue", "runner", "url")
 
     def __init__(self, key: StreamKey) -> None:
         self.key = key
         self.queue: collections.deque[OutboxEntry] = collections.deque()
         self.runner: asyncio.Task[None] | None = None
+        self.holder = ""  # the runner's lease holder id
+        self.url = ""  # the config's URL at the last attempt, and the destination it connects to
+        self.destination = ""
 
 
 class StreamDelivery:
@@ -62,7 +74,9 @@ class StreamDelivery:
     _http: httpx.AsyncClient | None
     _writer: OutboxWriter | None
     _streams: dict[StreamKey, _Stream]
-    _slots: asyncio.Semaphore
+    _slots: DeliverySlots
+    # ``PushOutbox.lease_left`` of an outbox whose leases can be lost (shared by replicas), else None.
+    _lease_left: Callable[[StreamKey, str], float] | None
     _stopping: asyncio.Event
     _idle: asyncio.Event  # set while no stream has anything queued
     _runner_ids: itertools.count[int]
@@ -133,7 +147,7 @@ class StreamDelivery:
         key = stream.key
         # One lease holder per stream: this runner (a stream dropped and re-created while its old runner still has
         # a request in flight gets a new runner, which waits for the old one's lease).
-        holder = f"{self.worker}#{next(self._runner_ids)}"
+        holder = stream.holder = f"{self.worker}#{next(self._runner_ids)}"
         claimed = False
         try:
             while not await self.outbox.claim(key, holder):
@@ -175,6 +189,9 @@ class StreamDelivery:
         wait = entry.next_attempt_at - time.time()
         if wait > 0 and await self._stop_within(wait):
             return False
+        lease_left = self._lease_left
+        if lease_left is not None and lease_left(key, stream.holder) <= 0:
+            return self._lease_lost(stream)
         config = await self.configs.get(key[2], key[3], tenant=key[0], owner=key[1])
         if not stream.queue or stream.queue[0] is not entry:
             return True  # discarded meanwhile
@@ -190,15 +207,27 @@ class StreamDelivery:
             stream.queue.popleft()
             writer.dead(entry, None)
             return True
-        async with self._slots:
-            try:
-                ok, error, retry_after = await self.deliver(entry, config)
-            except Exception as exc:
-                # Whatever one attempt raises (cancellation aside) is a failed attempt, so the retry limit and the
-                # suspension end it: retried as it is, it would fail again every second until max_age. The error
-                # is the exception's type alone: a message may quote a header value (a credential).
-                ok, error, retry_after = False, f"{type(exc).__name__}: the delivery attempt failed", None
-                log.warning("task %s: push delivery to config %s failed: %s", key[2], key[3], error)
+        if stream.url != config.url:
+            stream.url = config.url
+            stream.destination = destination(config.url)
+        async with self._slots.hold(stream.destination, (key[0], key[1])):
+            if lease_left is None:
+                ok, error, retry_after = await self._attempt(entry, config)
+            else:
+                # Checked again: waiting for a slot may have taken long. The attempt may last only as long as the
+                # lease surely does (renewal failing: the database is away), so no request of this runner is in
+                # flight once another replica can take the stream over.
+                left = lease_left(key, stream.holder)
+                if left <= 0:
+                    return self._lease_lost(stream)
+                cut = asyncio.timeout(left)
+                try:
+                    async with cut:
+                        ok, error, retry_after = await self._attempt(entry, config)
+                except TimeoutError:
+                    if not cut.expired():
+                        raise
+                    return self._lease_lost(stream)  # not an attempt the receiver failed: nothing is counted
         now = time.time()
         entry.attempts += 1
         if not stream.queue or stream.queue[0] is not entry:
@@ -236,6 +265,26 @@ class StreamDelivery:
         if tel is not None:
             tel.push_outcome("retried")
         return not self._stopping.is_set()
+
+    async def _attempt(self, entry: OutboxEntry, config: TaskPushNotificationConfig) -> tuple[bool, str, float | None]:
+        try:
+            return await self.deliver(entry, config)
+        except Exception as exc:
+            # Whatever one attempt raises (cancellation aside) is a failed attempt, so the retry limit and the
+            # suspension end it: retried as it is, it would fail again every second until max_age. The error
+            # is the exception's type alone: a message may quote a header value (a credential).
+            error = f"{type(exc).__name__}: the delivery attempt failed"
+            log.warning("task %s: push delivery to config %s failed: %s", entry.task_id, entry.config_id, error)
+            return False, error, None
+
+    def _lease_lost(self, stream: _Stream) -> bool:
+        """The runner's lease was taken over, or ran out without a renewal: another replica may deliver the stream
+        now. The runner stops (``False``) and forgets its queue, writing nothing: the entries are no longer its to
+        change, and stay in the outbox for the next holder."""
+        key = stream.key
+        log.info("task %s: push delivery to config %s stopped: its delivery lease was lost", key[2], key[3])
+        stream.queue.clear()
+        return False
 
     def _suspend(self, stream: _Stream, outcome: DeliveryOutcome, now: float) -> None:
         """The stream's config was just suspended: what it has queued becomes dead letters, none attempted."""

@@ -19,7 +19,10 @@ class DeliveryPolicy:
     ``timeout``: seconds for one whole request. A failed attempt ``n`` (1-based) waits
     ``min(max_backoff, backoff * 2**(n-1))`` seconds, minus up to ``jitter`` of it at random (and at least a
     ``Retry-After`` the receiver asked for, up to ``max_backoff``). An entry is given up on (dead letter) after
-    ``max_attempts`` attempts, or once it is ``max_age`` seconds old. ``concurrency``: requests in flight at once.
+    ``max_attempts`` attempts, or once it is ``max_age`` seconds old. ``concurrency``: requests in flight at once;
+    ``per_destination``: of those, to one ``host:port`` at most (a receiver that never answers holds only its own
+    share); ``per_owner``: to the webhooks of one (tenant, owner) at most (``0``: no such bound; everything is one
+    owner on a server without authentication) (``relaykit.push._slots``).
     A config is suspended after ``suspend_after`` failed deliveries in a row spanning at least ``suspend_seconds``
     (``relaykit.push._suspend``; ``suspend_after=0`` never suspends).
 
@@ -34,12 +37,16 @@ class DeliveryPolicy:
     jitter: float = 0.5
     max_age: float = 86400.0
     concurrency: int = 64
+    per_destination: int = 8
+    per_owner: int = 0
     suspend_after: int = 10
     suspend_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         if self.timeout <= 0 or self.max_attempts < 1 or self.backoff < 0 or self.concurrency < 1:
             raise ValueError("DeliveryPolicy: timeout > 0, max_attempts >= 1, backoff >= 0, concurrency >= 1")
+        if self.per_destination < 1 or self.per_owner < 0:
+            raise ValueError("DeliveryPolicy: per_destination >= 1, per_owner >= 0 (0: no bound per owner)")
         if not 0 <= self.jitter <= 1:
             raise ValueError("DeliveryPolicy: jitter is a fraction between 0 and 1")
 

@@ -9,22 +9,25 @@ stream's queue (one stream per (task, config)), and one runner per stream delive
 ``Authorization: <scheme> <credentials>`` and ``X-A2A-Notification-Token: <token>`` from the config,
 ``X-Relaykit-Event-Id`` (stable per notification) and, with a signing key, ``X-A2A-Signature``.
 
-A 2xx removes the entry; anything else (or a timeout, default 10 s for the whole request) is retried with
-exponential backoff and jitter, honouring ``Retry-After``, until ``max_attempts`` attempts or ``max_age`` seconds,
+At most ``DeliveryPolicy.concurrency`` requests are in flight, ``per_destination`` of them to one ``host:port``
+(and ``per_owner`` to one owner's webhooks, when set): a receiver that never answers holds only its share
+(``_slots``). A 2xx removes the entry; anything else (or a timeout, default 10 s for the whole request) is retried
+with exponential backoff and jitter, honouring ``Retry-After``, until ``max_attempts`` attempts or ``max_age`` seconds,
 and then the entry becomes a dead letter; a config whose receiver keeps failing is suspended (``_suspend``).
 Redirects are not followed. The SSRF guard runs again at connect time.
 A restart resumes the outbox's pending entries; with an outbox shared by replicas, each sender also sweeps it every
 third of the lease and takes over the streams of a replica that died (their leases expired). One runner per stream
-(and a store lease) means two deliveries of the same (task, config) never overlap.
+(and a store lease) means two deliveries of the same (task, config) never overlap; a runner whose lease is lost, or
+ran out while the database was away, stops at once and leaves its entries to the next holder.
 
 A state change is never lost between the task's write and the outbox commit: the engine stores it with an owed
 marker when the task may have push configs (``owes``), the hook's commit clears it, and a marker left by a crash
 becomes a snapshot notification at the next start or sweep (``_owed``).
 
 Modules: this one holds ``PushSender``, its lifecycle and the engine hook (and re-exports ``ConfigCache`` and
-``DeliveryPolicy``); ``_delivery`` the streams and their runners (the sender's base class); ``_webhook`` one POST to
-a receiver (client, headers, the attempt); ``_config_cache`` the cached view of the push-config store; ``_policy``
-``DeliveryPolicy``; ``_owed`` the owed markers' recovery.
+``DeliveryPolicy``); ``_delivery`` the streams and their runners (the sender's base class); ``_slots`` the fair
+bounds on requests in flight; ``_webhook`` one POST to a receiver (client, headers, the attempt); ``_config_cache``
+the cached view of the push-config store; ``_policy`` ``DeliveryPolicy``; ``_owed`` the owed markers' recovery.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from relaykit.push._owed import recover_owed
 from relaykit.push._policy import DeliveryPolicy
 from relaykit.push._rate import DROP, SNAPSHOT, NotificationGate
 from relaykit.push._signing import PushSigner
+from relaykit.push._slots import DeliverySlots
 from relaykit.push._ssrf import WebhookGuard
 from relaykit.push._suspend import Suspensions
 from relaykit.push._webhook import EVENT_ID_HEADER, quiet_webhook_logs, webhook_client
@@ -133,7 +137,8 @@ class PushSender(StreamDelivery):
         self.gate = NotificationGate(*notify_rate)
         # Configs whose receiver keeps failing: suspended (push._suspend).
         self.suspensions = Suspensions(self.policy.suspend_after, self.policy.suspend_seconds)
-        self._slots = asyncio.Semaphore(self.policy.concurrency)
+        self._slots = DeliverySlots(self.policy)
+        self._lease_left = getattr(outbox, "lease_left", None)
         self._stopping = asyncio.Event()
         self._idle = asyncio.Event()  # set while no stream has anything queued
         self._idle.set()
@@ -150,7 +155,7 @@ class PushSender(StreamDelivery):
             return
         await self.outbox.start()
         self._stopping = asyncio.Event()
-        self._slots = asyncio.Semaphore(self.policy.concurrency)
+        self._slots = DeliverySlots(self.policy)
         self._idle = asyncio.Event()
         self._idle.set()
         if self._own_http:

@@ -7,9 +7,13 @@ A lease makes one sender (of any replica) the only one delivering a stream (task
   ``now() + lease_ttl`` on the **database clock**, so replicas' clock skew cannot make a live lease look expired.
 * ``release`` deletes the lease only when ``worker`` holds it; ``close()`` releases what this object still holds.
 * While this object holds leases, a keeper task renews them every ``renew_every`` seconds (a third of the ttl by
-  default), so a sender may hold a stream through long retry waits; a replica that dies stops renewing and its
-  streams are claimable ``lease_ttl`` seconds later. A lease found taken over (this process stalled past its
-  expiry) is logged and forgotten.
+  default, on the heartbeat connection: never queued behind the pool's work), so a sender may hold a stream through
+  long retry waits; a replica that dies stops renewing and its streams are claimable ``lease_ttl`` seconds later.
+  A lease found taken over (this process stalled past its expiry) is logged and forgotten.
+* ``lease_left(stream, worker)`` says how long a held lease is **surely** valid, on this process's monotonic clock:
+  until ``lease_ttl`` after the claim or the last successful renewal was *sent* (the database's ``now()`` is later
+  than that, so its expiry is too). 0 once the lease is released, found taken over, or ran out unrenewed (the
+  database away): its holder must stop delivering, since another replica may claim the stream from then on.
 * With the server unreachable, ``claim`` fails closed (``False``: the sender asks again) rather than raising.
 * A process that serves the namespace alone (its task store holds the guard exclusively: the in-process bus) drops
   every lease when its outbox starts: they can only be a dead predecessor's, and waiting ``lease_ttl`` for them would
@@ -42,6 +46,14 @@ LEASE_TTL = 30.0
 _SWEEP_EVERY = 60.0  # seconds between deletions of long-expired leases (left behind by replicas that died)
 
 
+class _Held:
+    __slots__ = ("until", "worker")
+
+    def __init__(self, worker: str, until: float) -> None:
+        self.worker = worker
+        self.until = until  # time.monotonic() up to which the lease is surely valid
+
+
 class StreamLeases:
     """Claim, release and renew stream leases; a keeper task renews the ones held."""
 
@@ -59,7 +71,7 @@ class StreamLeases:
             )
         self.lease_ttl = float(lease_ttl)
         self.renew_every = float(renew_every)
-        self._held: dict[StreamKey, str] = {}  # leases this object holds (renewed by the keeper)
+        self._held: dict[StreamKey, _Held] = {}  # leases this object holds (renewed by the keeper)
         self._keeper: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         lease = f"{self._db.namespace}_push_leases"
@@ -132,24 +144,37 @@ class StreamLeases:
         async def job(conn: Any) -> Any:
             return await conn.fetchval(self._sql_claim, *stream, worker, self.lease_ttl)
 
+        sent = time.monotonic()
         try:
             won = await self._db.run(job)
         except ServiceUnavailableError as exc:
             # Fail closed: without the database no lease can be confirmed; the sender asks again.
             log.debug("push outbox: cannot claim a delivery stream: %s", exc)
             return False
+        held = self._held.get(stream)
         if won is None:
-            if self._held.get(stream) == worker:
+            if held is not None and held.worker == worker:
                 del self._held[stream]  # taken over after it expired
             return False
-        self._held[stream] = worker
+        if held is not None and held.worker == worker:
+            held.until = max(held.until, sent + self.lease_ttl)
+        else:
+            self._held[stream] = _Held(worker, sent + self.lease_ttl)
         self._wake.set()
         return True
+
+    def lease_left(self, stream: StreamKey, worker: str) -> float:
+        """Seconds ``worker``'s lease on ``stream`` is surely still valid; 0 when it is not held (any more)."""
+        held = self._held.get(stream)
+        if held is None or held.worker != worker:
+            return 0.0
+        return max(0.0, held.until - time.monotonic())
 
     async def release(self, stream: StreamKey, worker: str) -> None:
         if has_nul(worker, *stream):
             return
-        if self._held.get(stream) == worker:
+        held = self._held.get(stream)
+        if held is not None and held.worker == worker:
             del self._held[stream]
 
         async def job(conn: Any) -> None:
@@ -173,7 +198,7 @@ class StreamLeases:
 
         A lease another worker took over meanwhile (it had expired) is forgotten, with a warning.
         """
-        held = dict(self._held)
+        held = {key: lease.worker for key, lease in self._held.items()}
         if not held:
             return 0
         keys = sorted(held)
@@ -182,9 +207,17 @@ class StreamLeases:
         async def job(conn: Any) -> list[Any]:
             return list(await conn.fetch(self._sql_renew, *columns(rows, 5), self.lease_ttl))
 
-        renewed = {(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in await self._db.run(job)}
+        sent = time.monotonic()
+        # The heartbeat connection: a renewal queued behind busy pooled connections would let live leases lapse,
+        # and a lapsed lease stops its stream's delivery.
+        renewed = {(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in await self._db.run_aside(job)}
         for key in keys:
-            if key not in renewed and self._held.get(key) == held[key]:
+            lease = self._held.get(key)
+            if lease is None or lease.worker != held[key]:
+                continue  # released meanwhile (a later claim by another holder id has its own expiry)
+            if key in renewed:
+                lease.until = max(lease.until, sent + self.lease_ttl)
+            else:
                 # Not released meanwhile (that would have removed it from _held): someone else has it now.
                 del self._held[key]
                 log.warning(
@@ -192,8 +225,8 @@ class StreamLeases:
                 )
         return len(renewed)
 
-    async def _release_all(self, held: dict[StreamKey, str]) -> None:
-        rows = [(*k, held[k]) for k in sorted(held)]
+    async def _release_all(self, held: dict[StreamKey, _Held]) -> None:
+        rows = [(*k, held[k].worker) for k in sorted(held)]
 
         async def job(conn: Any) -> None:
             await conn.execute(self._sql_release_all, *columns(rows, 5))
