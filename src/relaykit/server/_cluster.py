@@ -28,7 +28,8 @@ whose execution here ended while the store was unreachable (its claim could not 
 worker once the store answers again, like a lost worker's: no acknowledged task is left WORKING.
 CancelTask reaches the claimant through a per-worker signal and answers once CANCELED is persisted; a task nobody
 runs is claimed and canceled by the replica that got the request. A repeated ``messageId`` (same tenant, owner and
-task or context) within ``idempotency_window`` gets the original execution's result instead of a second run.
+task named, or context of a new message) within ``idempotency_window`` gets the original execution's result instead
+of a second run, never anything of a task its caller cannot see (``Front``).
 """
 
 from __future__ import annotations
