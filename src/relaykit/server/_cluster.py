@@ -28,7 +28,8 @@ whose execution here ended while the store was unreachable (its claim could not 
 worker once the store answers again, like a lost worker's: no acknowledged task is left WORKING.
 CancelTask reaches the claimant through a per-worker signal and answers once CANCELED is persisted; a task nobody
 runs is claimed and canceled by the replica that got the request. A repeated ``messageId`` (same tenant, owner and
-task or context) within ``idempotency_window`` gets the original execution's result instead of a second run.
+task named, or context of a new message) within ``idempotency_window`` gets the original execution's result instead
+of a second run, never anything of a task its caller cannot see (``Front``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,13 @@ log = logging.getLogger("relaykit.cluster")
 def default_worker_id() -> str:
     """``host:pid:random``: unique per process start, readable in the store's claim column."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class _TaskLock(asyncio.Lock):
+    """A task's lock in ``Cluster._locks``, with the number of coroutines that hold it or wait for it (``locked()``
+    cannot tell: a released lock reads unlocked before the waiter it woke has taken it)."""
+
+    users = 0
 
 
 async def _stop(tasks: list[asyncio.Task[None]]) -> None:
@@ -122,7 +130,8 @@ class Cluster(Front):
         # Tasks whose execution here ended while the store was unreachable (the claim could not be released, the
         # stored state may still say WORKING): settled once the store answers again (``_settle_owed``).
         self._owed: dict[str, tuple[str, str]] = {}  # task id -> (tenant, owner)
-        self._locks: dict[str, asyncio.Lock] = {}
+        # One per task this process holds, or whose claim, release or write is under way here (``_lock``).
+        self._locks: dict[str, _TaskLock] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._intake: list[asyncio.Task[None]] = []
         self._jobs: set[asyncio.Task[Any]] = set()
@@ -215,11 +224,22 @@ class Cluster(Front):
 
     # --- claims ----------------------------------------------------------------------------------------------
 
-    def _lock(self, task_id: str) -> asyncio.Lock:
+    def _lock(self, task_id: str) -> _TaskLock:
+        """The task's lock, counted as in use until ``_unlock``."""
         lock = self._locks.get(task_id)
         if lock is None:
-            lock = self._locks[task_id] = asyncio.Lock()
+            lock = self._locks[task_id] = _TaskLock()
+        lock.users += 1
         return lock
+
+    def _unlock(self, task_id: str, lock: _TaskLock) -> None:
+        """Done with the task's lock (out of its ``async with``). Forgotten once nobody holds it or waits for it and
+        this process does not hold the task: a continuation may name any task id (an unknown one, another owner's),
+        and its failed claim must leave nothing behind. Nobody can be using an older lock of the task then, so the
+        next user's new one serialises as well."""
+        lock.users -= 1
+        if not lock.users and task_id not in self.held:
+            del self._locks[task_id]
 
     async def _claim(
         self, task_id: str, tenant: str, owner: str, *, reuse: bool = True, request: bytes | None = None
@@ -229,23 +249,29 @@ class Cluster(Front):
         for a task this process holds."""
         # Claims and releases of one task are serialised in this process, so a release issued as an execution ends
         # can never land after the claim for the next message.
-        async with self._lock(task_id):
-            if task_id in self.held:
-                if not reuse:
+        lock = self._lock(task_id)
+        try:
+            async with lock:
+                if task_id in self.held:
+                    if not reuse:
+                        return None
+                    record = await self.store.get(task_id, tenant=tenant, owner=owner)
+                    return Claim(record, self.id) if record is not None else None
+                if task_id in self.engine.registry:
+                    # This process's execution of the task stored its outcome (which released the claim) and is
+                    # finishing: the next message waits for its end (one execution at a time); a claim now would
+                    # fence it off.
                     return None
-                record = await self.store.get(task_id, tenant=tenant, owner=owner)
-                return Claim(record, self.id) if record is not None else None
-            if task_id in self.engine.registry:
-                # This process's execution of the task stored its outcome (which released the claim) and is
-                # finishing: the next message waits for its end (one execution at a time); a claim now would fence
-                # it off.
-                return None
-            # ``request``: the queue entry being taken, stored with the claim (one statement) for ``take_over``.
-            claim: Claim | None = await self.store.claim(task_id, self.id, tenant=tenant, owner=owner, request=request)
-            if claim is not None:
-                self._generation += 1
-                self.held[task_id] = self._generation
-            return claim
+                # ``request``: the queue entry being taken, stored with the claim (one statement) for ``take_over``.
+                claim: Claim | None = await self.store.claim(
+                    task_id, self.id, tenant=tenant, owner=owner, request=request
+                )
+                if claim is not None:
+                    self._generation += 1
+                    self.held[task_id] = self._generation
+                return claim
+        finally:
+            self._unlock(task_id, lock)
 
     async def _settle_owed(self) -> None:
         """The store answers again: each task whose execution here ended during the outage is claimed again (this
@@ -264,46 +290,48 @@ class Cluster(Front):
         if generation is None:
             return
         lock = self._lock(task_id)
-        async with lock:
-            if self.held.get(task_id) != generation or task_id in self.engine.registry:
-                return
-            try:
-                await self.store.release(task_id, self.id)
-            except Exception as exc:
-                # The claim stays; once the store answers, the heartbeat loop settles the task (its stored state
-                # may still be WORKING: the write of its outcome may have failed too).
-                log.warning("task %s: could not release the claim: %s", task_id, exc)
-                if scope is not None:
-                    self._owed[task_id] = scope
-            self.held.pop(task_id, None)
-        if not lock.locked():
-            self._locks.pop(task_id, None)
+        try:
+            async with lock:
+                if self.held.get(task_id) != generation or task_id in self.engine.registry:
+                    return
+                try:
+                    await self.store.release(task_id, self.id)
+                except Exception as exc:
+                    # The claim stays; once the store answers, the heartbeat loop settles the task (its stored state
+                    # may still be WORKING: the write of its outcome may have failed too).
+                    log.warning("task %s: could not release the claim: %s", task_id, exc)
+                    if scope is not None:
+                        self._owed[task_id] = scope
+                self.held.pop(task_id, None)
+        finally:
+            self._unlock(task_id, lock)
 
     async def save(self, active: ActiveTask, record: TaskRecord) -> None:
         """Write a task for the engine, moving this process's claim on it in the same statement: kept while the task
         is active or another message for it waits here, released with an interrupted or terminal state."""
         task_id = record.task.id
         lock = self._lock(task_id)
-        async with lock:
-            registered = self.engine.registry.get(task_id)
-            if task_id not in self.held and registered is not active:
-                # Not claimed here (a cancel signal that arrived as the execution ended): a plain write, fenced by
-                # its version like any other.
-                await self.store.save(record)
-            elif record.task.status.state in ACTIVE or (
-                registered is not None and (registered is not active or bool(registered.requests))
-            ):
-                # Held, or taken back by an execution that goes on after its outcome released it: the version
-                # matched, so nobody claimed the task in between.
-                await self.store.save_claimed(record, self.id)
-                if task_id not in self.held:
-                    self._generation += 1
-                    self.held[task_id] = self._generation
-            else:
-                await self.store.save_claimed(record, None)
-                self.held.pop(task_id, None)
-        if task_id not in self.held and not lock.locked():
-            self._locks.pop(task_id, None)
+        try:
+            async with lock:
+                registered = self.engine.registry.get(task_id)
+                if task_id not in self.held and registered is not active:
+                    # Not claimed here (a cancel signal that arrived as the execution ended): a plain write, fenced
+                    # by its version like any other.
+                    await self.store.save(record)
+                elif record.task.status.state in ACTIVE or (
+                    registered is not None and (registered is not active or bool(registered.requests))
+                ):
+                    # Held, or taken back by an execution that goes on after its outcome released it: the version
+                    # matched, so nobody claimed the task in between.
+                    await self.store.save_claimed(record, self.id)
+                    if task_id not in self.held:
+                        self._generation += 1
+                        self.held[task_id] = self._generation
+                else:
+                    await self.store.save_claimed(record, None)
+                    self.held.pop(task_id, None)
+        finally:
+            self._unlock(task_id, lock)
 
     def _can_run_here(self) -> bool:
         """Whether a message accepted here may run here at once: a worker with a free execution slot (else the work

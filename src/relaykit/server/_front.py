@@ -6,6 +6,12 @@ produced them), and the message is enqueued; the caller then gets that execution
 whichever worker runs it. A message that starts a task, accepted by a worker with a free execution slot, is stored
 SUBMITTED and claimed in one statement and runs here instead (``_start_here``): its caller gets the execution's
 events and outcome in-process. A repeated ``messageId`` replays the original execution instead of starting another.
+
+The idempotency window never serves another owner's task: a message's key is its caller's (tenant, owner) with, by
+kind, the task a continuation names or the context of a new message (a client may name one id as both: a
+continuation and a new message are never repeats of each other). A continuation's key is written before its task is
+looked up, so a repeat is served only once the task is found visible to its caller; a new message's key can only
+name the fresh task its first copy made.
 """
 
 from __future__ import annotations
@@ -271,7 +277,7 @@ class Front:
         task_id = message.task_id or new_id()
         key = ""
         if self.idempotency_window > 0:
-            key = self.queue.idem_key(tenant, owner, message.task_id or message.context_id, message.message_id)
+            key = self.queue.idem_key(tenant, owner, message.task_id, message.context_id, message.message_id)
             original = await self.queue.remember(key, json.dumps({"t": task_id}), self.idempotency_window)
             if original is not None:
                 return None, task_id, key, True, original, None, None
@@ -345,13 +351,22 @@ class Front:
         except Exception as exc:
             log.info("task %s: could not check its queued message: %s", item.task_id, exc)
 
-    async def _repeat_tap(self, original: str, message_id: str, tenant: str, owner: str) -> tuple[Any, str, Any]:
-        """For a repeated message: a tap replaying the original execution, or its recorded reply."""
+    async def _repeat_tap(self, original: str, message: Message, tenant: str, owner: str) -> tuple[Any, str, Any]:
+        """For a repeated message: a tap replaying the original execution, or its recorded reply.
+
+        A continuation's key says that this caller sent the message before, not that it may see the task: the key is
+        written before the task is looked up (so that a concurrent copy finds it), and stays until that first copy
+        is refused. So nothing is served before the task is found visible to this caller, and no other task is
+        tapped, whatever the key holds. A new message's key names the task its first copy made (a fresh id, which
+        may not be stored yet: its execution's events are awaited on the tap, and any read of it is scoped)."""
+        task_id = message.task_id
+        if task_id and await self.store.get(task_id, tenant=tenant, owner=owner) is None:
+            raise TaskNotFoundError(task_id=task_id)
         found = json.loads(original)
         if "m" in found:
             return None, "", Message.model_validate_json(found["m"])
-        task_id = found["t"]
-        tap, gap = await self.bus.open(task_id, after=0, execution=message_id)
+        task_id = task_id or found["t"]
+        tap, gap = await self.bus.open(task_id, after=0, execution=message.message_id)
         if gap:
             self.bus.close_tap(tap)
             return None, task_id, None
@@ -370,7 +385,7 @@ class Front:
                 await self._remember_reply(key, result)
             return result
         if repeat:
-            tap, task_id, reply = await self._repeat_tap(original, request.message.message_id, tenant, call.user)
+            tap, task_id, reply = await self._repeat_tap(original, request.message, tenant, call.user)
             if reply is not None:
                 return reply  # type: ignore[no-any-return]
             if tap is None:
@@ -440,7 +455,7 @@ class Front:
                     yield item
             return
         if repeat:
-            tap, task_id, reply = await self._repeat_tap(original, request.message.message_id, tenant, call.user)
+            tap, task_id, reply = await self._repeat_tap(original, request.message, tenant, call.user)
             if reply is not None:
                 yield (0, reply, stream_json(reply))
                 return

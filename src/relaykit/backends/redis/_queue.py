@@ -7,7 +7,9 @@ Layout (``ns`` = the namespace):
   the message; from then on the task's claim (in the store) is the lease. An entry whose worker died before that is
   re-delivered to another worker after ``reclaim_after`` seconds (``XAUTOCLAIM``).
 * ``{ns}:cancel:{worker}``: a pub/sub channel per worker; a CancelTask on any replica asks the task's claimant there.
-* ``{ns}:idem:…``: idempotency keys (SendMessage with a repeated ``messageId``), expiring after the window.
+* ``{ns}:idem:[tenant, owner, kind, scope, messageId]``: idempotency keys (SendMessage with a repeated ``messageId``),
+  expiring after the window; ``kind`` is ``t`` (a continuation: ``scope`` is the task it names) or ``c`` (a new
+  message: its context id, maybe empty).
 
 After a Redis restart the stream and group are recreated on the next read; entries lost with it are recovered from
 the store (unstarted SUBMITTED tasks) or re-sent by the replica still waiting for them.
@@ -273,8 +275,17 @@ class RedisWorkQueue:
 
     # --- idempotency keys ------------------------------------------------------------------------------------------
 
-    def idem_key(self, tenant: str, owner: str, scope: str, message_id: str) -> str:
-        return f"{self.namespace}:idem:{json.dumps([tenant, owner, scope, message_id], separators=(',', ':'))}"
+    def idem_key(self, tenant: str, owner: str, task_id: str, context_id: str, message_id: str) -> str:
+        """The key of a message: a continuation's by the task it names, a new message's by its context. The kind is
+        part of the key: a client may name one id as a task and as a context, and a continuation and a new message
+        are never repeats of each other (the value of one names a task the other may not see, or not its own).
+
+        >>> RedisWorkQueue("redis://127.0.0.1:6379/0").idem_key("", "bob", "T", "", "m1")
+        'relaykit:idem:["","bob","t","T","m1"]'
+        """
+        kind = "t" if task_id else "c"
+        scope = task_id or context_id
+        return f"{self.namespace}:idem:{json.dumps([tenant, owner, kind, scope, message_id], separators=(',', ':'))}"
 
     async def remember(self, key: str, value: str, window: float) -> str | None:
         """Set ``key`` to ``value`` unless it exists; returns the existing value (a repeat) or None (first)."""
