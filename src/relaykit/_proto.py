@@ -151,14 +151,17 @@ def _to_value(value: Any) -> dict[str, Any]:
 
 
 class _Plan:
-    """How one message type maps: (proto name, model attribute, kind, sub-plan or enum table, has presence)."""
+    """How one message type maps: (proto name, model attribute, kind, sub-plan or enum table, has presence). For a
+    repeated message field the last is instead how many items are decoded at most: the model field's
+    ``max_length`` + 1 (the model then refuses the list exactly as for JSON input, naming the field, without the
+    items it would never look at being converted first), or 0 when the field has no cap."""
 
     __slots__ = ("fields", "model", "proto")
 
     def __init__(self, model: type[A2AModel], proto: type[ProtoMessage]) -> None:
         self.model = model
         self.proto = proto
-        self.fields: list[tuple[str, str, int, Any, bool]] = []
+        self.fields: list[tuple[str, str, int, Any, bool | int]] = []
 
 
 _PLANS: dict[str, _Plan] = {}
@@ -180,6 +183,7 @@ def _plan(descriptor: Descriptor) -> _Plan:
     for field in descriptor.fields:
         attr = _attribute(model, field.name)
         sub: Any = None
+        presence: bool | int = field.has_presence
         message_type = field.message_type
         if message_type is not None and message_type.GetOptions().map_entry:
             value_field = message_type.fields_by_name["value"]
@@ -197,6 +201,7 @@ def _plan(descriptor: Descriptor) -> _Plan:
                 if wkt is not None:
                     raise TypeError(f"repeated {message_type.full_name} is not supported")
                 kind = _REPEATED_MESSAGE
+                presence = _most_items(model, attr)
         elif field.enum_type is not None:
             kind = _ENUM
             sub = (
@@ -207,8 +212,16 @@ def _plan(descriptor: Descriptor) -> _Plan:
             kind = _REPEATED_SCALAR
         else:
             kind = _SCALAR
-        plan.fields.append((field.name, attr, kind, sub, field.has_presence))
+        plan.fields.append((field.name, attr, kind, sub, presence))
     return plan
+
+
+def _most_items(model: type[A2AModel], attr: str) -> int:
+    for constraint in model.model_fields[attr].metadata:
+        cap = getattr(constraint, "max_length", None)
+        if cap is not None:
+            return int(cap) + 1
+    return 0
 
 
 def _encode(plan: _Plan, model: Any) -> dict[str, Any]:
@@ -261,6 +274,8 @@ def _decode(plan: _Plan, message: Any) -> dict[str, Any]:
         elif kind == _REPEATED_MESSAGE:
             items = getattr(message, name)
             if items:
+                if presence and len(items) > presence:  # over the model's cap: one past it shows that
+                    items = items[:presence]
                 out[attr] = [_decode(sub, item) for item in items]
         elif kind == _ENUM:
             number = getattr(message, name)

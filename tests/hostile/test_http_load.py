@@ -244,13 +244,15 @@ def test_stalled_body_is_dropped(server: ServerProcess) -> None:
 
 
 def test_a_body_that_keeps_coming_is_served(server: ServerProcess) -> None:
-    """The body timeout runs between two pieces of a body, not over the whole body: a slow uploader whose pieces
-    each come within it is served, however long the whole body takes."""
+    """A body that keeps coming at the minimum rate (1 KiB/s on average) is served, though the whole of it takes
+    longer than the body timeout: the timeout runs between two pieces, the allowance grows with every byte."""
+    text = b"slow " * 1600  # 8 KB: four pieces of ~2 KiB, one every BODY_TIMEOUT / 2 (2 KiB/s)
     body = (
         b'{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
-        b'{"role":"ROLE_USER","messageId":"slow-body","parts":[{"text":"slow"}]}}}'
+        b'{"role":"ROLE_USER","messageId":"slow-body","parts":[{"text":"' + text + b'"}]}}}'
     )
-    pieces = [body[i : i + 30] for i in range(0, len(body), 30)]
+    size = len(body) // 4 + 1
+    pieces = [body[i : i + size] for i in range(0, len(body), size)]
     with connect(server) as sock:
         sock.sendall(
             b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
@@ -295,3 +297,73 @@ def test_keep_alive_connection_keeps_its_timeouts(server: ServerProcess) -> None
     assert served >= 5
     assert waited < HEADER_TIMEOUT + 2.0
     assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:80]
+
+
+SMALL_CAP = 3
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server whose connection cap a few trickled bodies fill."""
+    proc = start_serve(
+        "examples/echo.py",
+        tmp_path_factory.mktemp("hostile-small"),
+        args=("--body-timeout", str(BODY_TIMEOUT), "--max-connections", str(SMALL_CAP)),
+    )
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server has closed (or reset) ``sock``; never blocks."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(4096) is not None  # b"": closed; a 408: closing (the server only answers a body so)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.settimeout(IO_TIMEOUT)
+
+
+def test_trickled_bodies_cannot_hold_the_connection_cap(small_server: ServerProcess) -> None:
+    """Every connection of the cap sends a request head, then its body a byte at a time, each byte well within the
+    body timeout: /healthz is still answered at once (a trickled body is evicted to make room), and every trickled
+    body is cut off one body timeout after its head, however regularly its bytes come."""
+    socks: list[socket.socket] = []
+    for _ in range(SMALL_CAP):
+        sock = connect(small_server)
+        sock.sendall(
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
+            b"Content-Length: 1000\r\n\r\n{"
+        )
+        socks.append(sock)
+    started = time.monotonic()
+    closed_after: dict[int, float] = {}
+    probes: list[float] = []
+    try:
+        while len(closed_after) < len(socks) and time.monotonic() - started < BODY_TIMEOUT + 2.0:
+            t = time.monotonic()
+            answer = request(small_server, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            probes.append(time.monotonic() - t)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
+            for i, sock in enumerate(socks):
+                if i in closed_after:
+                    continue
+                try:
+                    if not closed_by_server(sock):
+                        sock.sendall(b" ")  # one more byte of the body (JSON whitespace)
+                        continue
+                except OSError:
+                    pass
+                closed_after[i] = time.monotonic() - started
+            time.sleep(BODY_TIMEOUT / 4)  # the attacker's pace, not synchronisation
+    finally:
+        for sock in socks:
+            sock.close()
+    assert max(probes) < 1.0, f"/healthz took {max(probes):.2f} s"
+    assert len(closed_after) == len(socks), f"{len(socks) - len(closed_after)} trickled bodies outlived their allowance"
+    assert max(closed_after.values()) < BODY_TIMEOUT + 1.0, closed_after

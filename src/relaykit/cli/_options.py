@@ -186,6 +186,12 @@ def add_http_limit_options(p: argparse.ArgumentParser) -> None:
         "--body-timeout", type=parse_duration, default=d.body_timeout, help="seconds between request body reads"
     )
     p.add_argument(
+        "--min-body-rate",
+        type=int,
+        default=d.min_body_rate,
+        help="bytes/s a request body must average once past --body-timeout (0: no such bound)",
+    )
+    p.add_argument(
         "--idle-timeout", type=parse_duration, default=d.idle_timeout, help="keep-alive idle connection timeout"
     )
     p.add_argument(
@@ -231,6 +237,7 @@ def http_limits(args: argparse.Namespace) -> HttpLimits | None:
         max_header_bytes=getattr(args, "max_header_bytes", defaults.max_header_bytes),
         header_timeout=getattr(args, "header_timeout", defaults.header_timeout),
         body_timeout=getattr(args, "body_timeout", defaults.body_timeout),
+        min_body_rate=getattr(args, "min_body_rate", defaults.min_body_rate),
         idle_timeout=getattr(args, "idle_timeout", defaults.idle_timeout),
         max_connections=cap if cap is not None else default_max_connections(),
     )

@@ -16,6 +16,10 @@ the ``RequestHandler`` method the operation names, and encodes the result. Wire 
   ``grpc-status-details-bin`` trailer. An error before a stream's first message ends the call with no message; a
   later one ends it after the messages already sent.
 * A client that cancels a stream releases only its own subscription; the task runs on.
+* **Request size** (``_bounds``): a request over ``OFF_LOOP_BYTES`` (32 KiB) is decoded in a worker thread after its
+  fields are counted on the wire (more than ``MAX_FIELDS``: ``PayloadTooLargeError``, INVALID_ARGUMENT); a
+  message's parts past ``MAX_PARTS`` are never converted (the model refuses it as it refuses the same JSON). So no
+  request holds the event loop for more than a few tens of milliseconds, whatever its 10 MiB hold.
 * A2A 0.3: ``v03_handler`` serves 0.3's ``a2a.v1.A2AService`` with the same closures over the same handler, given the
   0.3 codec's decode/encode (``relaykit._v03._grpc``).
 * **Auth**: every call, of either version, is authenticated by the server's one ``relaykit.auth.Auth`` (metadata
@@ -33,16 +37,18 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
+from google.protobuf.message import Message as ProtoMessage
 from pydantic import ValidationError
 
 from relaykit._errors import A2AError, InternalError, InvalidParamsError, invalid_params
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import Encoded
-from relaykit._proto import FIRST_EVENT_ID, LAST_EVENT_ID, SERVICE_NAME, decoder, encode_event, encoder
+from relaykit._proto import FIRST_EVENT_ID, LAST_EVENT_ID, SERVICE_NAME, decoder, encode_event, encoder, proto_class
 from relaykit._types import SendMessageResponse
 from relaykit._v03 import EXTENSIONS_HEADER
 from relaykit._v03 import _grpc as v03
 from relaykit.auth._gate import AuthRequest
+from relaykit.grpc._bounds import OFF_LOOP_BYTES, decode_large
 from relaykit.grpc._metadata import (
     call_metadata,
     check_v03_version,
@@ -91,10 +97,10 @@ class GrpcBinding:
         for rpc in v03.RPCS:
             op = rpc.op
             if op.streaming:
-                handler = self._streaming(op, rpc.decoder(), v03.event_bytes, check_v03_version)
+                handler = self._streaming(op, rpc.decoder(), v03.event_bytes, check_v03_version, rpc.request)
                 methods[rpc.name] = grpc.unary_stream_rpc_method_handler(handler)
             else:
-                unary = self._unary(op, rpc.decoder(), rpc.encoder(), check_v03_version)
+                unary = self._unary(op, rpc.decoder(), rpc.encoder(), check_v03_version, rpc.request)
                 methods[rpc.name] = grpc.unary_unary_rpc_method_handler(unary)
         return grpc.method_handlers_generic_handler(v03.SERVICE_NAME, methods)
 
@@ -104,6 +110,7 @@ class GrpcBinding:
         data: bytes,
         context: Any,
         decode: Callable[[bytes], Any],
+        descriptor: Any,
         check_version: Callable[[str | None], None] = check_v10_version,
         legacy: bool = False,
     ) -> tuple[Any, CallContext, dict[str, str]]:
@@ -116,7 +123,8 @@ class GrpcBinding:
         )
         check_version(metadata.get("a2a-version"))
         try:
-            request = decode(data)
+            # A large request is counted and decoded off the loop (``_bounds``); a small one here, as cheaply as ever.
+            request = decode(data) if len(data) <= OFF_LOOP_BYTES else await decode_large(decode, data, descriptor)
         except ValidationError as exc:
             raise invalid_params(exc) from None
         except (DecodeError, ValueError) as exc:  # ValueError: e.g. a NaN in a Struct (relaykit._proto)
@@ -150,11 +158,14 @@ class GrpcBinding:
         decode: Callable[[bytes], Any] | None = None,
         encode: Callable[[Any], bytes] | None = None,
         check_version: Callable[[str | None], None] | None = None,
+        request_type: type[ProtoMessage] | None = None,
     ) -> Callable[[bytes, Any], Awaitable[bytes]]:
-        # Defaults: the 1.0 service; the 0.3 service (v03_handler) passes its codec's functions and version rule.
+        # Defaults: the 1.0 service; the 0.3 service (v03_handler) passes its codec's functions, version rule and
+        # request message.
         legacy = check_version is not None
         if decode is None:
             decode = decoder(op.request)
+        descriptor = (request_type or proto_class(op.request)).DESCRIPTOR
         if encode is None and not legacy and op.response is not None:
             encode = encoder(op.response)
         version_rule = check_version or check_v10_version
@@ -168,7 +179,7 @@ class GrpcBinding:
                     # no credential on any binding (CONTRACT: everything but the public card is authenticated).
                     assert encode is not None
                     return encode(self.handler.card)
-                request, call, _ = await self._prepare(op, data, context, decode, version_rule, legacy)
+                request, call, _ = await self._prepare(op, data, context, decode, descriptor, version_rule, legacy)
                 result: Any = await self.handler.dispatch(handler_name, request, call)
                 if call.activated_extensions:
                     await context.send_initial_metadata(extension_metadata(call, v03=legacy))
@@ -193,9 +204,11 @@ class GrpcBinding:
         decode: Callable[[bytes], Any] | None = None,
         encode_data: Callable[[bytes], bytes] | None = None,
         check_version: Callable[[str | None], None] = check_v10_version,
+        request_type: type[ProtoMessage] | None = None,
     ) -> Callable[[bytes, Any], AsyncIterator[bytes]]:
         if decode is None:
             decode = decoder(op.request)
+        descriptor = (request_type or proto_class(op.request)).DESCRIPTOR
         legacy = check_version is not check_v10_version  # the 0.3 service (v03_handler)
         subscribe = op.name == "SubscribeToTask"
         handler_name = op.handler
@@ -210,7 +223,9 @@ class GrpcBinding:
             first: tuple[int, Any, bytes] | None = None
             call: CallContext | None = None
             try:
-                request, call, metadata = await self._prepare(op, data, context, decode, check_version, legacy)
+                request, call, metadata = await self._prepare(
+                    op, data, context, decode, descriptor, check_version, legacy
+                )
                 if subscribe:
                     items = await self.handler.subscribe_to_task(request, call, resume_point(metadata))
                 else:

@@ -8,17 +8,23 @@ subclass. Invariants:
 * A request head (request line and headers) of more than ``max_header_bytes`` is answered ``431`` and the connection
   closed; what is buffered meanwhile is at most one socket read past the limit.
 * A connection gets ``header_timeout`` seconds from its first byte (or from being opened, or from its previous
-  response) to finish the next request head, and ``body_timeout`` seconds between two pieces of a request body;
-  past either it is answered ``408`` and closed. Idle keep-alive connections close after ``idle_timeout``
-  (uvicorn's ``timeout_keep_alive``).
+  response) to finish the next request head. A request body gets ``body_timeout`` seconds between two of its pieces,
+  and in all ``body_timeout`` seconds from its head plus one second per ``min_body_rate`` bytes received (its
+  *allowance*): a body that keeps coming at that average rate or faster is never cut, however long it takes (a
+  10 MiB upload at 1 KiB/s, the default, gets ~3 hours), and one trickled a byte at a time is cut ``body_timeout``
+  after its head, however regularly the bytes come. Past a bound the connection is closed, after a ``408`` when
+  no request is in flight (a body's request is: its handler sees the client disconnect). Idle keep-alive
+  connections close after ``idle_timeout`` (uvicorn's ``timeout_keep_alive``).
 * At most ``max_connections`` connections are open. At the cap, a new connection first evicts the connection that
-  has waited longest for a request head (a slow or idle client holds nothing another client may not have); only when
-  every connection is busy with a request is the new one refused with ``503`` + ``Retry-After``. So a slowloris
-  flood cannot lock out the next caller, and ``/healthz`` keeps answering.
+  has waited longest for a request head, else the one furthest behind on a body that has so far come slower than
+  ``min_body_rate`` (its allowance less than ``body_timeout`` ahead); a slow, idle or trickling client holds nothing
+  another client may not have. Only when every connection is busy with a request (being answered, or its body
+  coming at the minimum rate) is the new one refused with ``503`` + ``Retry-After``. So neither a slowloris flood
+  nor trickled bodies can lock out the next caller, and ``/healthz`` keeps answering.
 * The hot path arms no timer per request: each connection has one deadline (a float the reads and the parser
-  callbacks move) and at most one timer, which on firing before the deadline re-arms itself for the rest. A
-  keep-alive connection's requests cost a few float stores each, not a ``call_later`` and a ``cancel`` per head and
-  per body.
+  callbacks move, only ever later) and at most one timer, which on firing before the deadline re-arms itself for the
+  rest. A keep-alive connection's requests cost a few float stores each, not a ``call_later`` and a ``cancel`` per
+  head and per body; a body piece read apart from its head costs a few float operations.
 
 Other ASGI servers: give them the same bounds (hypercorn ``h11_max_incomplete_size``, ``read_timeout``,
 ``keep_alive_timeout``; gunicorn ``limit_request_field_size``, ``timeout``; a proxy's ``client_header_timeout``,
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import resource
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +64,7 @@ class HttpLimits:
     body_timeout: float = 30.0
     idle_timeout: float = 5.0
     max_connections: int = 1000
+    min_body_rate: int = 1024  # bytes per second a body averages past its first body_timeout; 0: no such bound
 
     def uvicorn_options(self) -> dict[str, Any]:
         """Keyword arguments for ``uvicorn.Config``: the guarded protocol and the keep-alive timeout."""
@@ -95,6 +103,7 @@ def _guarded_base() -> type[Any]:
         """uvicorn's httptools protocol with the bounds of ``limits`` (set by ``guarded_protocol``)."""
 
         limits: HttpLimits
+        _seconds_per_byte: float  # the allowance one byte of a body adds: 1 / min_body_rate
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -103,12 +112,13 @@ def _guarded_base() -> type[Any]:
             self._head_since = 0.0
             # When the connection times out (loop time), or None while a request is being answered.
             self._deadline: float | None = None
+            self._allowance = 0.0  # when the request body being read must be complete by (loop time)
             self._timer: asyncio.TimerHandle | None = None
 
         # --- connections -----------------------------------------------------------------------------------
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            if len(self.connections) >= self.limits.max_connections and not self._evict_idle():
+            if len(self.connections) >= self.limits.max_connections and not self._evict():
                 transport.write(_BUSY)
                 transport.close()
                 self.transport = transport
@@ -124,27 +134,39 @@ def _guarded_base() -> type[Any]:
                 return
             super().connection_lost(exc)
 
-        def _evict_idle(self) -> bool:
-            # The connection waiting longest for a request head, with no request of its own in flight.
+        def _evict(self) -> bool:
+            # The connection waiting longest for a request head, with no request of its own in flight; else the
+            # one whose body is furthest behind the minimum rate (the earliest allowance), when it is behind: its
+            # allowance is less than body_timeout ahead. A body at the minimum rate or faster is never evicted.
             oldest: _GuardedProtocol | None = None
+            slowest: _GuardedProtocol | None = None
             for conn in self.connections:
-                if (
-                    isinstance(conn, _GuardedProtocol)
-                    and conn._head_open
-                    and (conn.cycle is None or conn.cycle.response_complete)
-                    and (oldest is None or conn._head_since < oldest._head_since)
-                ):
-                    oldest = conn
-            if oldest is None:
+                if not isinstance(conn, _GuardedProtocol):
+                    continue
+                if conn._head_open:
+                    if (conn.cycle is None or conn.cycle.response_complete) and (
+                        oldest is None or conn._head_since < oldest._head_since
+                    ):
+                        oldest = conn
+                elif conn._deadline is not None and (slowest is None or conn._allowance < slowest._allowance):
+                    slowest = conn  # a body is being read (no deadline while a request is answered)
+            victim = oldest
+            if victim is None and slowest is not None:
+                # Strictly ahead to be kept: uvloop's clock moves once per loop iteration, so a body whose head came
+                # in this one (nothing known of its rate yet) is level with it.
+                if slowest._allowance > self.loop.time() + self.limits.body_timeout:
+                    return False
+                victim = slowest
+            if victim is None:
                 return False
-            oldest.connections.discard(oldest)
-            oldest._disarm()
-            oldest.transport.close()
+            victim.connections.discard(victim)
+            victim._disarm()
+            victim.transport.close()
             return True
 
         # --- timers ----------------------------------------------------------------------------------------
 
-        def _arm(self, seconds: float) -> None:
+        def _arm(self, seconds: float) -> float:
             # Moves the deadline; a timer is made only when none is pending at or before it (a pending one that
             # fires earlier re-arms itself for the rest).
             deadline = self.loop.time() + seconds
@@ -154,6 +176,7 @@ def _guarded_base() -> type[Any]:
                 if timer is not None:
                     timer.cancel()
                 self._timer = self.loop.call_at(deadline, self._timed_out)
+            return deadline
 
         def _disarm(self) -> None:
             self._deadline = None
@@ -183,10 +206,15 @@ def _guarded_base() -> type[Any]:
                     self._arm(self.limits.header_timeout)
                 self._head_bytes += len(data)
             elif self._deadline is not None:
-                # A piece of a request body: its clock starts again. The deadline only moves later, so the timer
-                # pending since the head (it fires no later, then re-arms itself for the rest) still stands: a float
-                # store, not a callback per piece. (A body that came with its head was armed for by the head.)
-                self._deadline = self.loop.time() + self.limits.body_timeout
+                # A piece of a request body: body_timeout from now, unless the body's allowance (body_timeout from
+                # its head, one second more per min_body_rate bytes) ends first. Without the allowance each byte
+                # moved the deadline, and a byte per body_timeout held a connection forever. Both bounds only move
+                # later, so the timer pending since the head (it fires no later, then re-arms itself for the rest)
+                # still stands: float arithmetic, not a callback per piece. (A body that came with its head was
+                # armed for by the head.)
+                self._allowance += len(data) * self._seconds_per_byte
+                deadline = self.loop.time() + self.limits.body_timeout
+                self._deadline = deadline if deadline < self._allowance else self._allowance
             # uvicorn's data_received, with the oversize head told apart from a malformed request.
             self._unset_keepalive_if_required()
             try:
@@ -224,7 +252,7 @@ def _guarded_base() -> type[Any]:
                 raise _HeadTooLarge
             self._head_open = False
             self._head_bytes = 0
-            self._arm(self.limits.body_timeout)
+            self._allowance = self._arm(self.limits.body_timeout)
             before = self.cycle
             super().on_headers_complete()
             cycle = self.cycle
@@ -243,4 +271,6 @@ def _guarded_base() -> type[Any]:
 
 def guarded_protocol(limits: HttpLimits) -> type[Any]:
     """An uvicorn ``HttpToolsProtocol`` class enforcing ``limits`` (pass as ``uvicorn.Config(http=...)``)."""
-    return type("RelaykitHttpProtocol", (_guarded_base(),), {"limits": limits})
+    # min_body_rate 0: no allowance. Infinity per byte puts it out of reach at the first piece (a read is never empty).
+    per_byte = 1.0 / limits.min_body_rate if limits.min_body_rate > 0 else math.inf
+    return type("RelaykitHttpProtocol", (_guarded_base(),), {"limits": limits, "_seconds_per_byte": per_byte})
