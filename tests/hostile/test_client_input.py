@@ -222,7 +222,7 @@ def test_a_stalled_reader_is_bounded_in_bytes_not_only_events() -> None:
     assert lone.pending() == 1
 
 
-# --- nesting depth, surrogates -----------------------------------------------------------------------------
+# --- nesting depth, surrogates, page tokens -----------------------------------------------------------------
 
 PAD = "x" * 300_000  # a text part this long puts a body past OFF_LOOP_BYTES: the parser in the worker thread
 
@@ -286,6 +286,28 @@ async def test_a_lone_surrogate_is_a_parse_error_small_or_large(client: httpx.As
         r = await client.post("/message:send", content=emoji.encode(), headers={"Content-Type": "application/json"})
         assert r.status_code == 200, r.text[:300]
         assert r.json()["task"]["history"][0]["parts"][0]["text"].startswith("\U0001f600")
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "9" * 30 + ":x",  # past BIGINT: SQLite OverflowError, asyncpg DataError (500 on main)
+        str(2**63) + ":x",
+        str(-(2**63) - 1) + ":x",
+        "5:a\x00b",  # NUL in the id: PostgreSQL text cannot hold it
+    ],
+)
+async def test_a_page_token_the_stores_cannot_seek_is_invalid_params(client: httpx.AsyncClient, token: str) -> None:
+    import base64
+
+    encoded = base64.urlsafe_b64encode(token.encode()).decode().rstrip("=")
+    await assert_invalid_params(client, "ListTasks", {"pageToken": encoded}, "invalid page token")
+    assert_rest_400(await client.get("/tasks", params={"pageToken": encoded}), "invalid page token")
+    # The largest and smallest timestamps a store keeps are positions like any other (a status before 1970 has a
+    # negative one): an empty page, not an error.
+    for edge in (2**63 - 1, -(2**63)):
+        ok = base64.urlsafe_b64encode(f"{edge}:x".encode()).decode().rstrip("=")
+        assert (await rpc(client, "ListTasks", {"pageToken": ok}))["result"]["tasks"] == []
 
 
 async def test_both_parsers_refuse_the_same_escapes_and_depths() -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "Orphan",
     "OutboxChanges",
     "OutboxEntry",
+    "PageTokenError",
     "PushConfigStore",
     "PushOutbox",
     "StoreLockedError",
@@ -48,6 +49,14 @@ __all__ = [
 
 class ConflictError(Exception):
     """A task write carried a stale version: someone else wrote the task in between."""
+
+
+class PageTokenError(ValueError):
+    """A ListTasks page token the store did not issue (``TaskStore.list``): the caller's error, InvalidParams.
+
+    Its own class, so that no other ``ValueError`` from a listing (a stored task that does not validate) is taken
+    for the client's mistake.
+    """
 
 
 # Shared, not SQLite's own: the PostgreSQL store's StoreInUseError is one too.
@@ -125,7 +134,7 @@ class TaskStore(Protocol):
         """
 
     async def list(self, query: TaskQuery) -> ListPage:
-        """Tasks matching ``query``, newest status first. Raises ``ValueError`` for a malformed page token."""
+        """Tasks matching ``query``, newest status first. Raises ``PageTokenError`` for a malformed page token."""
 
     async def delete(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
         """Remove a task; ``True`` when something was removed."""

@@ -155,7 +155,7 @@ class SQLiteTaskStore(AttachedStore[Database]):
         await self._db.write(job)
 
     async def list(self, query: TaskQuery) -> ListPage:
-        # Decoded before queueing, so a bad token fails fast with ValueError and costs the database nothing.
+        # Decoded before queueing, so a bad token fails fast with PageTokenError and costs the database nothing.
         after = decode_token(query.page_token) if query.page_token else None
         where = ["tenant = ?", "owner = ?"]
         params: list[object] = [query.tenant, query.owner]
