@@ -439,6 +439,49 @@ async def test_fail_orphans_only_touches_submitted_and_working(store: TaskStore)
     assert await store.fail_orphans("server restarted") == 0
 
 
+def unreadable_body(task: Task) -> bytes:
+    """``task``'s JSON with metadata nested past what the stores' reader (jiter: 200 levels) reads: what an earlier
+    release stored from a large request body (its parser read ~990 levels)."""
+    deep = b'{"a":' * 230 + b'"secret-content"' + b"}" * 230
+    return task.to_json()[:-1] + b',"metadata":' + deep + b"}"
+
+
+async def test_fail_orphans_fails_an_unreadable_task_without_its_content(
+    store: TaskStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stored body that no longer validates does not stop the others (nor the server's start): it becomes a
+    FAILED task with its id and context only, readable again; the log names the task, never its content."""
+    await insert(store, make_task("t-before", ts=at(1)))
+    broken = make_task("t-broken", ts=at(2), context_id="ctx-b")
+    await store.save(TaskRecord(broken, "acme", "alice", body=unreadable_body(broken)))
+    await insert(store, make_task("t-after", ts=at(3)))
+    with pytest.raises(ValueError, match="recursion limit"):  # as unreadable as such rows are
+        await store.get("t-broken", tenant="acme", owner="alice")
+
+    failed: list[TaskRecord] = []
+    assert await store.fail_orphans("server restarted", failed=failed) == 3
+
+    assert sorted(record.task.id for record in failed) == ["t-after", "t-before", "t-broken"]
+    for task_id in ("t-before", "t-after"):
+        record = await store.get(task_id)
+        assert record is not None
+        assert record.task.status.state is TaskState.FAILED
+        assert [m.parts[0].text for m in record.task.history] == [task_id, "server restarted"]
+    record = await store.get("t-broken", tenant="acme", owner="alice")
+    assert record is not None
+    task = record.task
+    assert (task.id, task.context_id, task.status.state) == ("t-broken", "ctx-b", TaskState.FAILED)
+    assert task.metadata is None
+    assert task.status.message is not None
+    text = task.status.message.parts[0].text
+    assert text == "server restarted; the task's stored content could not be read"
+    assert task.history == [task.status.message]
+    assert [t.id for t in (await store.list(TaskQuery(tenant="acme", owner="alice"))).tasks] == ["t-broken"]
+    assert "t-broken" in caplog.text
+    assert "secret-content" not in caplog.text
+    assert await store.fail_orphans("server restarted") == 0
+
+
 async def test_fail_orphans_invalidates_records_read_before(store: TaskStore) -> None:
     await insert(store, make_task("t1"))
     stale = await store.get("t1")
