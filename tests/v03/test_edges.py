@@ -136,6 +136,62 @@ async def test_push_config_get_naming_only_the_task_over_grpc(dual_server: Serve
         await http.post("/", json=_rpc("tasks/cancel", {"id": task_id}))
 
 
+@pytest.mark.parametrize("schemes", [{"Bearer": True}, 5, "Bearer"], ids=["object", "number", "string"])
+async def test_push_authentication_schemes_that_are_no_list_are_invalid_params(schemes: Any) -> None:
+    """0.3's ``schemes`` is a list of names: as an object or a number it crashed the codec (500 with a traceback on
+    main); a string gave the scheme "B". Refused now, naming the field where the caller put it."""
+    hook = {"url": "http://127.0.0.1:9/hook", "authentication": {"schemes": schemes, "credentials": "c"}}
+    async with _served(_app()) as http:
+        task_id = await _running_task(http)
+        field = "pushNotificationConfig.authentication.schemes"
+        set_ = await http.post("/", json=_rpc("tasks/pushNotificationConfig/set", {"taskId": task_id, **_wrap(hook)}))
+        send = {"message": _message("hi"), "configuration": {"pushNotificationConfig": hook}}
+        inline = await http.post("/", json=_rpc("message/send", send))
+        for answer, where in ((set_, field), (inline, "configuration." + field)):
+            error = answer.json()["error"]
+            assert error["code"] == -32602, error
+            assert where in error["message"]
+        path = f"/v1/tasks/{task_id}/pushNotificationConfigs"
+        for body, where in ((_wrap(hook), field), ({"config": _wrap(hook)}, "config." + field)):
+            rest = await http.post(path, json=body)
+            assert (rest.status_code, rest.json()["code"]) == (422, -32602), rest.text
+            assert where in rest.json()["message"]
+        sent = await http.post(
+            "/v1/message:send",
+            json={
+                "message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "content": [{"text": "hi"}]},
+                "configuration": {"pushNotification": hook},
+            },
+        )
+        assert (sent.status_code, sent.json()["code"]) == (422, -32602), sent.text
+        assert "configuration.pushNotification.authentication.schemes" in sent.json()["message"]
+        await http.post("/", json=_rpc("tasks/cancel", {"id": task_id}))
+
+
+async def test_push_config_members_of_the_wrong_type_are_refused_not_dropped() -> None:
+    """An ``authentication`` that is not an object was dropped (the config registered without the credentials the
+    receiver expects), a REST ``configId`` number became text: both are refused now, like any field."""
+    async with _served(_app()) as http:
+        task_id = await _running_task(http)
+        hook = {"url": "http://127.0.0.1:9/hook", "authentication": "Bearer t0ken"}
+        answer = await http.post("/", json=_rpc("tasks/pushNotificationConfig/set", {"taskId": task_id, **_wrap(hook)}))
+        assert answer.json()["error"]["code"] == -32602, answer.text
+        assert "authentication" in answer.json()["error"]["message"]
+        assert "t0ken" not in answer.text
+        rest = await http.post(
+            f"/v1/tasks/{task_id}/pushNotificationConfigs",
+            json={"configId": 5, "config": _wrap({"url": "http://127.0.0.1:9/hook"})},
+        )
+        assert (rest.status_code, rest.json()["code"]) == (422, -32602), rest.text
+        listed = (await http.post("/", json=_rpc("tasks/pushNotificationConfig/list", {"id": task_id}))).json()
+        assert listed["result"] == []
+        await http.post("/", json=_rpc("tasks/cancel", {"id": task_id}))
+
+
+def _wrap(config: dict[str, Any]) -> dict[str, Any]:
+    return {"pushNotificationConfig": config}
+
+
 # --- extended card --------------------------------------------------------------------------------------------
 
 
@@ -186,6 +242,38 @@ async def test_null_members_of_0_3_requests_read_as_absent() -> None:
         assert both["error"]["code"] == -32602
         assert "message.parts" in both["error"]["message"]
         assert "contextId" not in both["error"]["message"]
+
+
+async def test_nulls_in_a_deep_0_3_request_are_refused_or_dropped_never_a_crash() -> None:
+    """The null-dropping retry walks the request recursively: a large body nested 900 deep with a null reached it
+    (RecursionError, -32603 on main). The parser's depth limit refuses such a body first; at the limit the nulls are
+    still dropped."""
+    from relaykit._input import MAX_JSON_DEPTH
+
+    pad = "x" * 300_000  # past OFF_LOOP_BYTES: the standard library's parser, which read ~990 levels
+    deep: Any = None
+    for _ in range(900):
+        deep = [deep]
+    async with _served(_app()) as http:
+        params = {"message": _message(pad, contextId=None, extensions=deep)}
+        answer = (await http.post("/", json=_rpc("message/send", params))).json()
+        assert answer["error"]["code"] == -32700, str(answer)[:300]
+        assert f"more than {MAX_JSON_DEPTH} levels" in answer["error"]["message"]
+        # At the limit (envelope 1, params 2, message 3, extensions 4 and down), the nulls are dropped and the
+        # nested lists refused as extensions (strings), not a crash.
+        deep = None
+        for _ in range(MAX_JSON_DEPTH - 3):
+            deep = [deep]
+        params = {"message": _message(pad, contextId=None, extensions=deep)}
+        answer = (await http.post("/", json=_rpc("message/send", params))).json()
+        assert answer["error"]["code"] == -32602, str(answer)[:300]
+        assert "message.extensions" in answer["error"]["message"]
+        # Within metadata (content) the nulls are kept, while a null contextId still reads as absent.
+        kept = deep[0]
+        params = {"message": _message(pad, contextId=None, metadata={"deep": kept})}
+        task = (await http.post("/", json=_rpc("message/send", params))).json()["result"]
+        assert task["status"]["state"] == "completed"
+        assert task["history"][0]["metadata"] == {"deep": kept}
 
 
 # --- streaming methods' early errors --------------------------------------------------------------------------
