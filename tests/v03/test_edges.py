@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
@@ -190,6 +191,77 @@ async def test_push_config_members_of_the_wrong_type_are_refused_not_dropped() -
 
 def _wrap(config: dict[str, Any]) -> dict[str, Any]:
     return {"pushNotificationConfig": config}
+
+
+def _paths(value: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every member and item of decoded JSON, as the key path to it."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield (*at, key)
+            yield from _paths(item, (*at, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield (*at, index)
+            yield from _paths(item, (*at, index))
+
+
+def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    out = copy.deepcopy(value)
+    parent = out
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = copy.deepcopy(new)
+    return out
+
+
+async def test_no_0_3_request_member_of_the_wrong_json_type_is_a_500() -> None:
+    """Each member of a full 0.3 request (JSON-RPC params, REST bodies), replaced by a value of each other JSON type:
+    refused or accepted, never an internal error (on main: push ``schemes`` crashed the codec)."""
+    hook = {"url": "http://127.0.0.1:9/hook", "id": "h", "token": "t", "authentication": {"schemes": ["Bearer"]}}
+    others = [{}, [], 5, "s", True, None]
+    async with _served(_app()) as http:
+        task_id = await _running_task(http)
+        part = [{"kind": "text", "text": "hi"}, {"kind": "file", "file": {"uri": "http://127.0.0.1:9/f", "name": "f"}}]
+        sends = {
+            "message": {**_message("hi"), "parts": [*part, {"kind": "data", "data": {"a": 1}}], "metadata": {}},
+            "configuration": {"blocking": True, "historyLength": 2, "pushNotificationConfig": hook},
+        }
+        rpc = {
+            "message/send": sends,
+            "tasks/get": {"id": task_id, "historyLength": 3},
+            "tasks/pushNotificationConfig/set": {"taskId": task_id, "pushNotificationConfig": hook},
+            "tasks/pushNotificationConfig/get": {"id": task_id, "pushNotificationConfigId": "h"},
+            "tasks/pushNotificationConfig/delete": {"id": task_id, "pushNotificationConfigId": "zz"},
+        }
+        rest_send = {
+            "message": {"messageId": "m", "role": "ROLE_USER", "content": [{"text": "hi"}, {"data": {"data": {}}}]},
+            "configuration": {"blocking": True, "pushNotification": hook},
+        }
+        rest = {
+            "/v1/message:send": rest_send,
+            f"/v1/tasks/{task_id}/pushNotificationConfigs": {"configId": "c", "config": _wrap(hook)},
+        }
+        internal: list[str] = []
+        for method, params in rpc.items():
+            for path in _paths(params):
+                for other in others:
+                    sent = _replaced(params, path, other)
+                    if method == "message/send" and isinstance(sent.get("message"), dict):
+                        sent["message"]["messageId"] = str(uuid.uuid4())  # each a new message
+                    answer = await http.post("/", json=_rpc(method, sent))
+                    if answer.status_code >= 500 or answer.json().get("error", {}).get("code") == -32603:
+                        internal.append(f"{method} {path} = {other!r}")
+        for route, body in rest.items():
+            for path in _paths(body):
+                for other in others:
+                    sent = _replaced(body, path, other)
+                    if isinstance(sent.get("message"), dict):
+                        sent["message"]["messageId"] = str(uuid.uuid4())
+                    answer = await http.post(route, json=sent)
+                    if answer.status_code >= 500:
+                        internal.append(f"{route} {path} = {other!r}")
+        await http.post("/", json=_rpc("tasks/cancel", {"id": task_id}))
+    assert internal == []
 
 
 # --- extended card --------------------------------------------------------------------------------------------
