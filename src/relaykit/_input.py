@@ -6,7 +6,12 @@ Invariants (every binding goes through these, so no client input becomes a 500 o
   ``MAX_EVENT_ID_DIGITS`` ASCII digits with a value that fits the stores' BIGINT; anything else (``"\\xb2"``, which
   ``str.isdigit`` accepts, a 4,300-digit number, a negative one) is ``InvalidParamsError``.
 * A request body is strict JSON (RFC 8259): ``NaN``, ``Infinity`` and ``-Infinity`` are ``JSONParseError`` rather
-  than floats that would be stored as ``null``.
+  than floats that would be stored as ``null``, and so is a ``\\u`` escape of a lone UTF-16 surrogate (no store can
+  encode that string).
+* Arrays and objects nest at most ``MAX_JSON_DEPTH`` deep in a request body (the outermost counts one), whatever its
+  size; deeper is ``JSONParseError`` (RFC 8259 §9 lets a parser limit nesting). Whatever a request carries is
+  stored a few levels deeper at most (a data part in a task's history, the task in a stream event), far under
+  what the stores' reader (jiter: 200 levels) reads back: a task can never be written that cannot be read.
 * A body over ``OFF_LOOP_BYTES`` is parsed in a worker thread with a Python hook per object, which both lets the
   event loop run between objects (the hook releases the GIL at the interpreter's switch interval) and refuses a
   body of more than ``MAX_JSON_OBJECTS`` objects as soon as it has seen one too many: a 10 MB body of 800k tiny
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import pydantic_core
@@ -25,6 +31,7 @@ from relaykit._errors import InvalidParamsError, JSONParseError, PayloadTooLarge
 
 __all__ = [
     "MAX_EVENT_ID_DIGITS",
+    "MAX_JSON_DEPTH",
     "MAX_JSON_OBJECTS",
     "OFF_LOOP_BYTES",
     "decode_json",
@@ -36,6 +43,15 @@ MAX_EVENT_ID_DIGITS = 19  # 2**63 - 1 has 19 digits: the stores keep event ids a
 _MAX_EVENT_ID = 2**63 - 1
 OFF_LOOP_BYTES = 256 * 1024  # a body this small parses in a few milliseconds: not worth a thread hop
 MAX_JSON_OBJECTS = 100_000  # per request body over OFF_LOOP_BYTES; a 1,000-part message holds ~1,000
+# A 1.0 data part sits 5 levels down in a JSON-RPC SendMessage body: 59 levels are left for the data itself.
+MAX_JSON_DEPTH = 64
+_TOO_DEEP = (
+    f"request body is not valid JSON for this server: arrays and objects nest more than {MAX_JSON_DEPTH} levels deep"
+)
+# A \u escape of a UTF-16 surrogate (D800-DFFF). In valid JSON every backslash is inside a string and starts an
+# escape, so a "\u" is one when the run of backslashes ending in it has odd length: the match starts right after a
+# character that is not a backslash and takes the run's pairs ("\\\\") first.
+_SURROGATE_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*(\\u[dD][0-9a-fA-F]{3})")
 
 
 def parse_event_id(text: str, source: str = "Last-Event-ID") -> int | None:
@@ -64,6 +80,41 @@ class _TooManyObjects(Exception):
     pass
 
 
+def _too_deep(value: Any) -> bool:
+    """Whether arrays and objects nest more than ``MAX_JSON_DEPTH`` deep in ``value`` (decoded JSON)."""
+    # Level by level, without recursion: a level's containers are kept, its scalars dropped in the comprehension.
+    level = [value]
+    for _ in range(MAX_JSON_DEPTH):  # after the n-th round, ``level`` holds the containers n + 1 deep
+        below: list[Any] = []
+        for item in level:
+            if type(item) is dict:
+                below += [v for v in item.values() if type(v) is dict or type(v) is list]
+            elif type(item) is list:
+                below += [v for v in item if type(v) is dict or type(v) is list]
+        if not below:
+            return False
+        level = below
+    return True
+
+
+def _lone_surrogate(body: bytes) -> bool:
+    """Whether a body that parsed as JSON escapes a UTF-16 surrogate that is not half of a pair (high then low)."""
+    if b"\\ud" not in body and b"\\uD" not in body:
+        return False
+    high_end = -1  # where the escape of an unpaired high surrogate ends
+    for match in _SURROGATE_ESCAPE.finditer(body):
+        start, end = match.span(1)
+        if body[start + 3] in b"cdefCDEF":  # a low surrogate: pairs only with the high one right before it
+            if start != high_end:
+                return True
+            high_end = -1
+        elif high_end != -1:
+            return True
+        else:
+            high_end = end
+    return high_end != -1
+
+
 def _parse_counted(body: bytes) -> Any:
     count = 0
 
@@ -74,16 +125,32 @@ def _parse_counted(body: bytes) -> Any:
             raise _TooManyObjects
         return dict(items)
 
-    return json.loads(body, object_pairs_hook=pairs, parse_constant=_no_constant)
+    try:
+        value = json.loads(body, object_pairs_hook=pairs, parse_constant=_no_constant)
+    except RecursionError:  # ~1,000 levels: the interpreter's stack, well past the limit
+        raise JSONParseError(_TOO_DEEP) from None
+    # The checks jiter (decode_small_json) makes while parsing, made after the standard library's parse.
+    if _lone_surrogate(body):
+        raise JSONParseError("request body is not valid JSON: a \\u escape of a lone UTF-16 surrogate")
+    if _too_deep(value):
+        raise JSONParseError(_TOO_DEEP)
+    return value
 
 
 def decode_small_json(body: bytes) -> Any:
     """A body of at most ``OFF_LOOP_BYTES`` as Python data (strict JSON), parsed here: what ``decode_json`` does
     for it, for a binding that spares the coroutine on its hot path."""
     try:
-        return pydantic_core.from_json(body, allow_inf_nan=False)
-    except (ValueError, RecursionError) as exc:
+        value = pydantic_core.from_json(body, allow_inf_nan=False)
+    except ValueError as exc:
+        if str(exc).startswith("recursion limit exceeded"):  # jiter's own limit, 200 levels
+            raise JSONParseError(_TOO_DEEP) from None
         raise JSONParseError(f"request body is not valid JSON: {exc}") from None
+    # Nesting deeper than the limit needs more brackets than it: two scans in C clear a usual body (a few dozen
+    # objects) without walking what it decoded to.
+    if body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH and _too_deep(value):
+        raise JSONParseError(_TOO_DEEP)
+    return value
 
 
 async def decode_json(body: bytes) -> Any:
@@ -96,5 +163,5 @@ async def decode_json(body: bytes) -> Any:
         raise PayloadTooLargeError(
             f"request body holds more than {MAX_JSON_OBJECTS} JSON objects; send fewer parts or smaller data"
         ) from None
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:
         raise JSONParseError(f"request body is not valid JSON: {exc}") from None

@@ -20,6 +20,7 @@ from relaykit.backends import (
     ConflictError,
     MemoryPushConfigStore,
     MemoryTaskStore,
+    PageTokenError,
     PushConfigStore,
     TaskQuery,
     TaskRecord,
@@ -363,10 +364,25 @@ async def test_page_token_is_the_shared_keyset_cursor(store: TaskStore) -> None:
     assert await list_ids(store, page_token=token) == ["t0"]
 
 
-@pytest.mark.parametrize("token", ["!!!", "bm90YXRva2Vu", "YWJjOmRlZg", "%%%%", "ö"])
-async def test_malformed_page_token_raises_value_error(store: TaskStore, token: str) -> None:
+@pytest.mark.parametrize(
+    "token",
+    [
+        "!!!",
+        "bm90YXRva2Vu",
+        "YWJjOmRlZg",
+        "%%%%",
+        "ö",
+        # Decodable but past what a store can seek: a timestamp outside BIGINT (SQLite OverflowError, asyncpg
+        # DataError on main), a NUL in the id (PostgreSQL text cannot hold it).
+        encode_token((2**63, "t1")),
+        encode_token((-(2**63) - 1, "t1")),
+        encode_token((10**30, "t1")),
+        encode_token((5, "t\x001")),
+    ],
+)
+async def test_malformed_page_token_raises_page_token_error(store: TaskStore, token: str) -> None:
     await insert(store, make_task("t1"))
-    with pytest.raises(ValueError, match="page token"):
+    with pytest.raises(PageTokenError, match="page token"):
         await store.list(TaskQuery(page_token=token))
 
 
@@ -420,6 +436,49 @@ async def test_fail_orphans_only_touches_submitted_and_working(store: TaskStore)
         else:
             assert record.task == old.task
             assert record.version == old.version
+    assert await store.fail_orphans("server restarted") == 0
+
+
+def unreadable_body(task: Task) -> bytes:
+    """``task``'s JSON with metadata nested past what the stores' reader (jiter: 200 levels) reads: what an earlier
+    release stored from a large request body (its parser read ~990 levels)."""
+    deep = b'{"a":' * 230 + b'"secret-content"' + b"}" * 230
+    return task.to_json()[:-1] + b',"metadata":' + deep + b"}"
+
+
+async def test_fail_orphans_fails_an_unreadable_task_without_its_content(
+    store: TaskStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stored body that no longer validates does not stop the others (nor the server's start): it becomes a
+    FAILED task with its id and context only, readable again; the log names the task, never its content."""
+    await insert(store, make_task("t-before", ts=at(1)))
+    broken = make_task("t-broken", ts=at(2), context_id="ctx-b")
+    await store.save(TaskRecord(broken, "acme", "alice", body=unreadable_body(broken)))
+    await insert(store, make_task("t-after", ts=at(3)))
+    with pytest.raises(ValueError, match="recursion limit"):  # as unreadable as such rows are
+        await store.get("t-broken", tenant="acme", owner="alice")
+
+    failed: list[TaskRecord] = []
+    assert await store.fail_orphans("server restarted", failed=failed) == 3
+
+    assert sorted(record.task.id for record in failed) == ["t-after", "t-before", "t-broken"]
+    for task_id in ("t-before", "t-after"):
+        record = await store.get(task_id)
+        assert record is not None
+        assert record.task.status.state is TaskState.FAILED
+        assert [m.parts[0].text for m in record.task.history] == [task_id, "server restarted"]
+    record = await store.get("t-broken", tenant="acme", owner="alice")
+    assert record is not None
+    task = record.task
+    assert (task.id, task.context_id, task.status.state) == ("t-broken", "ctx-b", TaskState.FAILED)
+    assert task.metadata is None
+    assert task.status.message is not None
+    text = task.status.message.parts[0].text
+    assert text == "server restarted; the task's stored content could not be read"
+    assert task.history == [task.status.message]
+    assert [t.id for t in (await store.list(TaskQuery(tenant="acme", owner="alice"))).tasks] == ["t-broken"]
+    assert "t-broken" in caplog.text
+    assert "secret-content" not in caplog.text
     assert await store.fail_orphans("server restarted") == 0
 
 

@@ -220,3 +220,123 @@ def test_a_stalled_reader_is_bounded_in_bytes_not_only_events() -> None:
     lone.push((1, None, b"y" * (TAP_BYTES + 1)))
     assert not lone.overflowed
     assert lone.pending() == 1
+
+
+# --- nesting depth, surrogates, page tokens -----------------------------------------------------------------
+
+PAD = "x" * 300_000  # a text part this long puts a body past OFF_LOOP_BYTES: the parser in the worker thread
+
+
+def nested(depth: int) -> Any:
+    """A JSON object with ``depth`` levels of objects and arrays (alternating), ``"leaf"`` at the bottom."""
+    value: Any = "leaf"
+    for level in range(depth):
+        value = {"k": value} if (depth - level) % 2 else [value]
+    return value
+
+
+def deep_message(depth: int, text: str) -> dict[str, Any]:
+    """A message whose metadata brings a JSON-RPC SendMessage body to exactly ``depth`` levels (params 2, message 3,
+    metadata 4 and down), a REST one (message 2) to ``depth`` - 1."""
+    return message(parts=[{"text": text}], metadata=nested(depth - 3))
+
+
+async def test_too_deep_bodies_are_refused_and_every_accepted_one_reads_back(client: httpx.AsyncClient) -> None:
+    """Past MAX_JSON_DEPTH a body is a parse error, small or large (on main a large body was parsed to ~990 levels
+    and stored; jiter then could not read the task back). At the limit it is stored and read back by GetTask,
+    ListTasks and REST, on every store."""
+    from relaykit._input import MAX_JSON_DEPTH
+
+    for text in ("small", PAD):
+        for depth in (MAX_JSON_DEPTH + 1, 230):
+            body = await rpc(client, "SendMessage", {"message": deep_message(depth, text)})
+            assert body["error"]["code"] == -32700, str(body)[:300]
+            assert f"more than {MAX_JSON_DEPTH} levels" in body["error"]["message"]
+            r = await client.post("/message:send", json={"message": deep_message(depth + 1, text)})
+            assert r.status_code == 400, r.text[:300]
+            assert f"more than {MAX_JSON_DEPTH} levels" in r.json()["error"]["message"]
+        sent = await rpc(client, "SendMessage", {"message": deep_message(MAX_JSON_DEPTH, text)})
+        r = await client.post("/message:send", json={"message": deep_message(MAX_JSON_DEPTH + 1, text)})
+        assert r.status_code == 200, r.text[:300]
+        stored = {sent["result"]["task"]["id"]: MAX_JSON_DEPTH - 3, r.json()["task"]["id"]: MAX_JSON_DEPTH - 2}
+        for task_id, depth in stored.items():
+            got = await rpc(client, "GetTask", {"id": task_id})
+            assert got["result"]["history"][0]["metadata"] == nested(depth), str(got)[:300]
+            assert (await client.get(f"/tasks/{task_id}")).status_code == 200
+    listed = await rpc(client, "ListTasks", {})
+    assert len(listed["result"]["tasks"]) == 4, str(listed)[:300]
+    assert (await client.get("/tasks")).status_code == 200
+
+
+async def test_a_lone_surrogate_is_a_parse_error_small_or_large(client: httpx.AsyncClient) -> None:
+    """The parser of large bodies (the standard library's) took ``\\ud800`` as text no store can encode; jiter, the
+    parser of small ones, refuses it: both refuse it now (on main the large body answered -32603)."""
+    for pad in ("", PAD):
+        raw = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message()}})
+        raw = raw.replace('"text": "hi"', '"text": "hi \\ud800' + pad + '"')
+        r = await client.post("/", content=raw.encode(), headers={"Content-Type": "application/json"})
+        assert r.json()["error"]["code"] == -32700, r.text[:300]
+        rest = json.dumps({"message": message()}).replace('"text": "hi"', '"text": "\\udc00' + pad + '"')
+        r = await client.post("/message:send", content=rest.encode(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, r.text[:300]
+        assert "not valid JSON" in r.json()["error"]["message"]
+        # A surrogate pair escaped (json.dumps' default for an emoji) is text like any other.
+        emoji = json.dumps({"message": message(parts=[{"text": "\U0001f600" + pad}])})
+        assert "\\ud83d\\ude00" in emoji
+        r = await client.post("/message:send", content=emoji.encode(), headers={"Content-Type": "application/json"})
+        assert r.status_code == 200, r.text[:300]
+        assert r.json()["task"]["history"][0]["parts"][0]["text"].startswith("\U0001f600")
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "9" * 30 + ":x",  # past BIGINT: SQLite OverflowError, asyncpg DataError (500 on main)
+        str(2**63) + ":x",
+        str(-(2**63) - 1) + ":x",
+        "5:a\x00b",  # NUL in the id: PostgreSQL text cannot hold it
+    ],
+)
+async def test_a_page_token_the_stores_cannot_seek_is_invalid_params(client: httpx.AsyncClient, token: str) -> None:
+    import base64
+
+    encoded = base64.urlsafe_b64encode(token.encode()).decode().rstrip("=")
+    await assert_invalid_params(client, "ListTasks", {"pageToken": encoded}, "invalid page token")
+    assert_rest_400(await client.get("/tasks", params={"pageToken": encoded}), "invalid page token")
+    # The largest and smallest timestamps a store keeps are positions like any other (a status before 1970 has a
+    # negative one): an empty page, not an error.
+    for edge in (2**63 - 1, -(2**63)):
+        ok = base64.urlsafe_b64encode(f"{edge}:x".encode()).decode().rstrip("=")
+        assert (await rpc(client, "ListTasks", {"pageToken": ok}))["result"]["tasks"] == []
+
+
+async def test_both_parsers_refuse_the_same_escapes_and_depths() -> None:
+    """The large-body parser (the standard library's, then relaykit's checks) refuses exactly what jiter, the
+    small-body parser, refuses for the same text, and reads the rest the same: strings of escaped surrogates (high,
+    low, paired), escaped backslashes and letters in random orders, and bodies nested around the limit."""
+    import random
+
+    from relaykit._errors import JSONParseError
+    from relaykit._input import MAX_JSON_DEPTH, OFF_LOOP_BYTES, decode_json, decode_small_json
+
+    pieces = ["\\ud83d", "\\ude00", "\\uD800", "\\uDFFF", "\\\\", "\\\\u", "ud800", "\\u0041", "a", "\\n"]
+    rng = random.Random(19)
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 5))) for _ in range(300)]
+    templates = ['{"t":"' + text + '","pad":"PAD"}' for text in texts]
+    templates += [json.dumps({"d": nested(depth - 1), "pad": "PAD"}) for depth in range(MAX_JSON_DEPTH - 2, 70)]
+    refused = 0
+    for template in templates:
+        small = template.replace("PAD", "").encode()
+        large = template.replace("PAD", "p" * OFF_LOOP_BYTES).encode()
+        try:
+            expected = decode_small_json(small)
+        except JSONParseError:
+            with pytest.raises(JSONParseError):
+                await decode_json(large)
+            refused += 1
+            continue
+        got = await decode_json(large)
+        assert got.pop("pad") == "p" * OFF_LOOP_BYTES
+        expected.pop("pad")
+        assert got == expected, template
+    assert 0 < refused < len(templates)

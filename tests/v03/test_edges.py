@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
@@ -136,6 +137,133 @@ async def test_push_config_get_naming_only_the_task_over_grpc(dual_server: Serve
         await http.post("/", json=_rpc("tasks/cancel", {"id": task_id}))
 
 
+@pytest.mark.parametrize("schemes", [{"Bearer": True}, 5, "Bearer"], ids=["object", "number", "string"])
+async def test_push_authentication_schemes_that_are_no_list_are_invalid_params(schemes: Any) -> None:
+    """0.3's ``schemes`` is a list of names: as an object or a number it crashed the codec (500 with a traceback on
+    main); a string gave the scheme "B". Refused now, naming the field where the caller put it."""
+    hook = {"url": "http://127.0.0.1:9/hook", "authentication": {"schemes": schemes, "credentials": "c"}}
+    async with _served(_app()) as http:
+        task_id = await _running_task(http)
+        field = "pushNotificationConfig.authentication.schemes"
+        set_ = await http.post("/", json=_rpc("tasks/pushNotificationConfig/set", {"taskId": task_id, **_wrap(hook)}))
+        send = {"message": _message("hi"), "configuration": {"pushNotificationConfig": hook}}
+        inline = await http.post("/", json=_rpc("message/send", send))
+        for answer, where in ((set_, field), (inline, "configuration." + field)):
+            error = answer.json()["error"]
+            assert error["code"] == -32602, error
+            assert where in error["message"]
+        path = f"/v1/tasks/{task_id}/pushNotificationConfigs"
+        for body, where in ((_wrap(hook), field), ({"config": _wrap(hook)}, "config." + field)):
+            rest = await http.post(path, json=body)
+            assert (rest.status_code, rest.json()["code"]) == (422, -32602), rest.text
+            assert where in rest.json()["message"]
+        sent = await http.post(
+            "/v1/message:send",
+            json={
+                "message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "content": [{"text": "hi"}]},
+                "configuration": {"pushNotification": hook},
+            },
+        )
+        assert (sent.status_code, sent.json()["code"]) == (422, -32602), sent.text
+        assert "configuration.pushNotification.authentication.schemes" in sent.json()["message"]
+        await http.post("/", json=_rpc("tasks/cancel", {"id": task_id}))
+
+
+async def test_push_config_members_of_the_wrong_type_are_refused_not_dropped() -> None:
+    """An ``authentication`` that is not an object was dropped (the config registered without the credentials the
+    receiver expects), a REST ``configId`` number became text: both are refused now, like any field."""
+    async with _served(_app()) as http:
+        task_id = await _running_task(http)
+        hook = {"url": "http://127.0.0.1:9/hook", "authentication": "Bearer t0ken"}
+        answer = await http.post("/", json=_rpc("tasks/pushNotificationConfig/set", {"taskId": task_id, **_wrap(hook)}))
+        assert answer.json()["error"]["code"] == -32602, answer.text
+        assert "authentication" in answer.json()["error"]["message"]
+        assert "t0ken" not in answer.text
+        rest = await http.post(
+            f"/v1/tasks/{task_id}/pushNotificationConfigs",
+            json={"configId": 5, "config": _wrap({"url": "http://127.0.0.1:9/hook"})},
+        )
+        assert (rest.status_code, rest.json()["code"]) == (422, -32602), rest.text
+        listed = (await http.post("/", json=_rpc("tasks/pushNotificationConfig/list", {"id": task_id}))).json()
+        assert listed["result"] == []
+        await http.post("/", json=_rpc("tasks/cancel", {"id": task_id}))
+
+
+def _wrap(config: dict[str, Any]) -> dict[str, Any]:
+    return {"pushNotificationConfig": config}
+
+
+def _paths(value: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every member and item of decoded JSON, as the key path to it."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield (*at, key)
+            yield from _paths(item, (*at, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield (*at, index)
+            yield from _paths(item, (*at, index))
+
+
+def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    out = copy.deepcopy(value)
+    parent = out
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = copy.deepcopy(new)
+    return out
+
+
+async def test_no_0_3_request_member_of_the_wrong_json_type_is_a_500() -> None:
+    """Each member of a full 0.3 request (JSON-RPC params, REST bodies), replaced by a value of each other JSON type:
+    refused or accepted, never an internal error (on main: push ``schemes`` crashed the codec)."""
+    hook = {"url": "http://127.0.0.1:9/hook", "id": "h", "token": "t", "authentication": {"schemes": ["Bearer"]}}
+    others = [{}, [], 5, "s", True, None]
+    async with _served(_app()) as http:
+        task_id = await _running_task(http)
+        part = [{"kind": "text", "text": "hi"}, {"kind": "file", "file": {"uri": "http://127.0.0.1:9/f", "name": "f"}}]
+        sends = {
+            "message": {**_message("hi"), "parts": [*part, {"kind": "data", "data": {"a": 1}}], "metadata": {}},
+            "configuration": {"blocking": True, "historyLength": 2, "pushNotificationConfig": hook},
+        }
+        rpc = {
+            "message/send": sends,
+            "tasks/get": {"id": task_id, "historyLength": 3},
+            "tasks/pushNotificationConfig/set": {"taskId": task_id, "pushNotificationConfig": hook},
+            "tasks/pushNotificationConfig/get": {"id": task_id, "pushNotificationConfigId": "h"},
+            "tasks/pushNotificationConfig/delete": {"id": task_id, "pushNotificationConfigId": "zz"},
+        }
+        rest_send = {
+            "message": {"messageId": "m", "role": "ROLE_USER", "content": [{"text": "hi"}, {"data": {"data": {}}}]},
+            "configuration": {"blocking": True, "pushNotification": hook},
+        }
+        rest = {
+            "/v1/message:send": rest_send,
+            f"/v1/tasks/{task_id}/pushNotificationConfigs": {"configId": "c", "config": _wrap(hook)},
+        }
+        internal: list[str] = []
+        for method, params in rpc.items():
+            for path in _paths(params):
+                for other in others:
+                    sent = _replaced(params, path, other)
+                    if method == "message/send" and isinstance(sent.get("message"), dict):
+                        sent["message"]["messageId"] = str(uuid.uuid4())  # each a new message
+                    answer = await http.post("/", json=_rpc(method, sent))
+                    if answer.status_code >= 500 or answer.json().get("error", {}).get("code") == -32603:
+                        internal.append(f"{method} {path} = {other!r}")
+        for route, body in rest.items():
+            for path in _paths(body):
+                for other in others:
+                    sent = _replaced(body, path, other)
+                    if isinstance(sent.get("message"), dict):
+                        sent["message"]["messageId"] = str(uuid.uuid4())
+                    answer = await http.post(route, json=sent)
+                    if answer.status_code >= 500:
+                        internal.append(f"{route} {path} = {other!r}")
+        await http.post("/", json=_rpc("tasks/cancel", {"id": task_id}))
+    assert internal == []
+
+
 # --- extended card --------------------------------------------------------------------------------------------
 
 
@@ -186,6 +314,38 @@ async def test_null_members_of_0_3_requests_read_as_absent() -> None:
         assert both["error"]["code"] == -32602
         assert "message.parts" in both["error"]["message"]
         assert "contextId" not in both["error"]["message"]
+
+
+async def test_nulls_in_a_deep_0_3_request_are_refused_or_dropped_never_a_crash() -> None:
+    """The null-dropping retry walks the request recursively: a large body nested 900 deep with a null reached it
+    (RecursionError, -32603 on main). The parser's depth limit refuses such a body first; at the limit the nulls are
+    still dropped."""
+    from relaykit._input import MAX_JSON_DEPTH
+
+    pad = "x" * 300_000  # past OFF_LOOP_BYTES: the standard library's parser, which read ~990 levels
+    deep: Any = None
+    for _ in range(900):
+        deep = [deep]
+    async with _served(_app()) as http:
+        params = {"message": _message(pad, contextId=None, extensions=deep)}
+        answer = (await http.post("/", json=_rpc("message/send", params))).json()
+        assert answer["error"]["code"] == -32700, str(answer)[:300]
+        assert f"more than {MAX_JSON_DEPTH} levels" in answer["error"]["message"]
+        # At the limit (envelope 1, params 2, message 3, extensions 4 and down), the nulls are dropped and the
+        # nested lists refused as extensions (strings), not a crash.
+        deep = None
+        for _ in range(MAX_JSON_DEPTH - 3):
+            deep = [deep]
+        params = {"message": _message(pad, contextId=None, extensions=deep)}
+        answer = (await http.post("/", json=_rpc("message/send", params))).json()
+        assert answer["error"]["code"] == -32602, str(answer)[:300]
+        assert "message.extensions" in answer["error"]["message"]
+        # Within metadata (content) the nulls are kept, while a null contextId still reads as absent.
+        kept = deep[0]
+        params = {"message": _message(pad, contextId=None, metadata={"deep": kept})}
+        task = (await http.post("/", json=_rpc("message/send", params))).json()["result"]
+        assert task["status"]["state"] == "completed"
+        assert task["history"][0]["metadata"] == {"deep": kept}
 
 
 # --- streaming methods' early errors --------------------------------------------------------------------------

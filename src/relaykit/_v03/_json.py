@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import pydantic_core
 from pydantic import ValidationError
+from pydantic_core import InitErrorDetails
 
 from relaykit._model import A2AModel, Encoded
 
@@ -39,6 +40,7 @@ __all__ = [
     "STATE_OUT",
     "artifact_in",
     "artifact_out",
+    "auth_in",
     "config_in",
     "config_out",
     "decode",
@@ -216,6 +218,28 @@ def as_object(value: Any) -> Json:
     return value if isinstance(value, dict) else {}
 
 
+def auth_in(auth: Any, at: tuple[str, ...]) -> Any:
+    """0.3 push ``authentication`` (``{schemes: [name, …], credentials}``, at ``at`` in the request) as 1.0's
+    (``{scheme, credentials}``: the first scheme, "" for none); ``None`` when absent.
+
+    ``schemes`` of another JSON type than a list is refused as validation refuses a field (``ValidationError``
+    naming it): its "first" entry would be a key, a letter or a crash. An ``authentication`` that is not an object
+    goes on as it is, for the 1.0 validator to refuse.
+    """
+    if not isinstance(auth, dict):
+        return auth
+    schemes = auth.get("schemes")
+    if schemes is None:
+        schemes = []
+    elif not isinstance(schemes, list):
+        line: InitErrorDetails = {"type": "list_type", "loc": (*at, "schemes"), "input": schemes}
+        raise ValidationError.from_exception_data("authentication", [line])
+    out: Json = {"scheme": schemes[0] if schemes else ""}
+    if auth.get("credentials"):
+        out["credentials"] = auth["credentials"]
+    return out
+
+
 # Members whose value is content, not A2A structure: a null in them is kept (any metadata, a 0.3 data part's object,
 # a card extension's params).
 _CONTENT = frozenset({"metadata", "data", "params"})
@@ -354,21 +378,21 @@ def event_in(event: Any) -> Json:
     return {"task": task_in(data)}
 
 
-def config_in(config: Any, task_id: str = "") -> Json:
-    """A 0.3 TaskPushNotificationConfig (or a bare PushNotificationConfig with ``task_id``) as the 1.0 one."""
+def config_in(config: Any, task_id: str = "", at: tuple[str, ...] = ()) -> Json:
+    """A 0.3 TaskPushNotificationConfig (or a bare PushNotificationConfig with ``task_id``; ``at`` where it sits in
+    the request) as the 1.0 one."""
     data = as_object(config)
-    inner = as_object(data.get("pushNotificationConfig")) if "pushNotificationConfig" in data else data
-    task_id = data.get("taskId", task_id) if "pushNotificationConfig" in data else task_id
+    wrapped = "pushNotificationConfig" in data
+    inner = as_object(data.get("pushNotificationConfig")) if wrapped else data
+    at = (*at, "pushNotificationConfig") if wrapped else at
+    task_id = data.get("taskId", task_id) if wrapped else task_id
     out: Json = {"taskId": task_id, "url": inner.get("url")}
     out["id"] = inner.get("id") or task_id
     if inner.get("token"):
         out["token"] = inner["token"]
-    auth = inner.get("authentication")
-    if isinstance(auth, dict):
-        schemes = auth.get("schemes") or []
-        out["authentication"] = {"scheme": schemes[0] if schemes else ""}
-        if auth.get("credentials"):
-            out["authentication"]["credentials"] = auth["credentials"]
+    auth = auth_in(inner.get("authentication"), (*at, "authentication"))
+    if auth is not None:
+        out["authentication"] = auth
     return out
 
 
@@ -390,7 +414,7 @@ def send_params_in(params: Json) -> Json:
             conf["historyLength"] = history
         push = config.get("pushNotificationConfig")
         if push is not None:
-            conf["taskPushNotificationConfig"] = config_in(push)
+            conf["taskPushNotificationConfig"] = config_in(push, at=("configuration", "pushNotificationConfig"))
         out["configuration"] = conf
     if params.get("metadata") is not None:
         out["metadata"] = params["metadata"]

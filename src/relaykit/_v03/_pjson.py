@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relaykit._v03._json import FINAL_STATES, as_object, history_in
+from relaykit._v03._json import FINAL_STATES, as_object, auth_in, history_in
 
 __all__ = [
     "config_in",
@@ -258,14 +258,13 @@ def resource_id(name: Any, collection: str = "tasks") -> str:
     return text[len(prefix) :] if text.startswith(prefix) else text
 
 
-def config_in(config: Any, task_id: str = "", config_id: str = "") -> Json:
-    """A 0.3 TaskPushNotificationConfig resource (or bare PushNotificationConfig) as the 1.0 config."""
+def config_in(config: Any, task_id: str = "", config_id: Any = "", at: tuple[str, ...] = ()) -> Json:
+    """A 0.3 TaskPushNotificationConfig resource (or bare PushNotificationConfig; ``at`` where it sits in the request)
+    as the 1.0 config."""
     data = as_object(config)
-    inner = (
-        as_object(_get(data, "pushNotificationConfig", "push_notification_config"))
-        if "name" in data or ("pushNotificationConfig" in data or "push_notification_config" in data)
-        else data
-    )
+    wrapped = "name" in data or ("pushNotificationConfig" in data or "push_notification_config" in data)
+    inner = as_object(_get(data, "pushNotificationConfig", "push_notification_config")) if wrapped else data
+    at = (*at, "pushNotificationConfig") if wrapped else at
     name = str(data.get("name") or "")
     if name.startswith("tasks/"):
         parts = name.split("/")
@@ -276,12 +275,9 @@ def config_in(config: Any, task_id: str = "", config_id: str = "") -> Json:
     out["id"] = inner.get("id") or config_id or task_id
     if inner.get("token"):
         out["token"] = inner["token"]
-    auth = inner.get("authentication")
-    if isinstance(auth, dict):
-        schemes = auth.get("schemes") or []
-        out["authentication"] = {"scheme": schemes[0] if schemes else ""}
-        if auth.get("credentials"):
-            out["authentication"]["credentials"] = auth["credentials"]
+    auth = auth_in(inner.get("authentication"), (*at, "authentication"))
+    if auth is not None:
+        out["authentication"] = auth
     return out
 
 
@@ -299,7 +295,7 @@ def send_request_in(body: Json) -> Json:
             conf["historyLength"] = history
         push = _get(config, "pushNotification", "push_notification")
         if isinstance(push, dict) and push.get("url"):
-            conf["taskPushNotificationConfig"] = config_in(push)
+            conf["taskPushNotificationConfig"] = config_in(push, at=("configuration", "pushNotification"))
         out["configuration"] = conf
     if body.get("metadata") is not None:
         out["metadata"] = body["metadata"]

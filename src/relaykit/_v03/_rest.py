@@ -121,8 +121,10 @@ def _list_tasks(params: Json, path: Json) -> Json:
 def _create_config(params: Json, path: Json) -> Json:
     # Body: CreateTaskPushNotificationConfigRequest {parent, configId, config}; a bare config is accepted too.
     config = params.get("config", params)
-    config_id = str(params.get("configId") or params.get("config_id") or "")
-    return {**pj.config_in(config, task_id=path["id"], config_id=config_id), "taskId": path["id"], MARK: "0.3"}
+    # A configId that is not text goes on as it is: the 1.0 validator refuses it as the config's id.
+    config_id = params.get("configId") or params.get("config_id") or ""
+    at = ("config",) if "config" in params else ()
+    return {**pj.config_in(config, task_id=path["id"], config_id=config_id, at=at), "taskId": path["id"], MARK: "0.3"}
 
 
 ROUTES: tuple[Route03, ...] = (

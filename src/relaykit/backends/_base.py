@@ -14,6 +14,7 @@ Every implementation (memory, SQLite, PostgreSQL; local bus, Redis) passes the s
 from __future__ import annotations
 
 import builtins
+import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -32,6 +33,7 @@ __all__ = [
     "Orphan",
     "OutboxChanges",
     "OutboxEntry",
+    "PageTokenError",
     "PushConfigStore",
     "PushOutbox",
     "StoreLockedError",
@@ -41,13 +43,24 @@ __all__ = [
     "TaskRecord",
     "TaskStore",
     "delete_task_configs",
+    "failed_orphan",
     "failed_status",
     "from_epoch",
 ]
 
+log = logging.getLogger("relaykit.store")
+
 
 class ConflictError(Exception):
     """A task write carried a stale version: someone else wrote the task in between."""
+
+
+class PageTokenError(ValueError):
+    """A ListTasks page token the store did not issue (``TaskStore.list``): the caller's error, InvalidParams.
+
+    Its own class, so that no other ``ValueError`` from a listing (a stored task that does not validate) is taken
+    for the client's mistake.
+    """
 
 
 # Shared, not SQLite's own: the PostgreSQL store's StoreInUseError is one too.
@@ -125,7 +138,7 @@ class TaskStore(Protocol):
         """
 
     async def list(self, query: TaskQuery) -> ListPage:
-        """Tasks matching ``query``, newest status first. Raises ``ValueError`` for a malformed page token."""
+        """Tasks matching ``query``, newest status first. Raises ``PageTokenError`` for a malformed page token."""
 
     async def delete(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> bool:
         """Remove a task; ``True`` when something was removed."""
@@ -159,6 +172,29 @@ def failed_status(reason: str) -> TaskStatus:
         message=Message(message_id=new_id(), role=Role.AGENT, parts=[Part(text=reason)]),
         timestamp=utc_now(),
     )
+
+
+def failed_orphan(task_id: str, context_id: str, body: bytes | str, reason: str) -> Task:
+    """The stored task ``body`` as ``fail_orphans`` leaves it: FAILED with ``reason``, the status message appended to
+    its history (CONTRACT: history holds the agent messages of status updates).
+
+    A body that no longer validates (stored by a release that accepted it) must not keep the server from starting,
+    nor stay active forever: it becomes a task with only its id, context and that FAILED status, which every reader
+    can read again. The log names the task and the error's type, never the content.
+    """
+    try:
+        task = Task.from_json(body)
+    except (ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
+        log.warning(
+            "task %s: its stored body cannot be read (%s); marked FAILED without it", task_id, type(exc).__name__
+        )
+        reason += "; the task's stored content could not be read"
+        task = Task(id=task_id, context_id=context_id, status=TaskStatus(state=TaskState.FAILED))
+    status = failed_status(reason)
+    task.status = status
+    if status.message is not None:
+        task.history.append(status.message)
+    return task
 
 
 # --- task claims (scale-out) ------------------------------------------------------------------------------------

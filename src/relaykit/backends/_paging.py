@@ -1,7 +1,8 @@
 """ListTasks helpers shared by every store: the keyset cursor and the trimmed decode of a listed task.
 
 The cursor is ``(status timestamp in µs, task id)`` of a page's last task, opaque to clients (URL-safe base64); a
-token that does not decode is a client error (``ValueError``). ``listed_task`` drops what the page does not carry
+token that does not decode to one the stores can look up (a timestamp in BIGINT range, an id without NUL) is a
+client error (``PageTokenError``), raised before any store sees it. ``listed_task`` drops what the page does not carry
 (artifacts, history beyond ``historyLength``) from the parsed JSON before validation: validating a part costs far
 more than parsing it, so a listed task costs what the page returns.
 """
@@ -15,10 +16,14 @@ from typing import Any
 import pydantic_core
 
 from relaykit._types import Task
+from relaykit.backends._base import PageTokenError
 
 __all__ = ["decode_token", "dropped_fields", "encode_token", "listed_task", "sort_key", "timestamp_us"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The stores keep the status timestamp as a signed 64-bit integer (SQLite INTEGER, PostgreSQL BIGINT); a status
+# before 1970 has a negative one, and its cursor is as valid as any.
+_MIN_TS, _MAX_TS = -(2**63), 2**63 - 1
 
 
 def timestamp_us(value: datetime | None) -> int:
@@ -41,15 +46,16 @@ def encode_token(key: tuple[int, str]) -> str:
 
 
 def decode_token(token: str) -> tuple[int, str]:
-    """The key a cursor names; ``ValueError`` if it is not one of ours."""
+    """The key a cursor names; ``PageTokenError`` if it is not one of ours."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
         ts, _, task_id = raw.partition(":")
-        if not task_id:
+        key = int(ts)
+        if not task_id or "\x00" in task_id or not _MIN_TS <= key <= _MAX_TS:
             raise ValueError
-        return int(ts), task_id
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"invalid page token {token!r}") from exc
+    except ValueError as exc:  # UnicodeDecodeError and binascii.Error are ValueErrors
+        raise PageTokenError(f"invalid page token {token!r}") from exc
+    return key, task_id
 
 
 def dropped_fields(history_length: int | None, include_artifacts: bool) -> tuple[str, ...]:

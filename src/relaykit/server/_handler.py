@@ -40,7 +40,7 @@ from relaykit._requests import (
 )
 from relaykit._types import Message, SendMessageResponse, Task, TaskPushNotificationConfig, stream_json
 from relaykit.auth._gate import Auth
-from relaykit.backends._base import PushConfigStore, TaskQuery
+from relaykit.backends._base import PageTokenError, PushConfigStore, TaskQuery
 from relaykit.backends.memory import MemoryPushConfigStore
 from relaykit.server._context import CallContext
 from relaykit.server._engine import StreamItem, TaskEngine
@@ -345,7 +345,7 @@ class RequestHandler:
         )
         try:
             page = await self.engine.store.list(query)
-        except ValueError as exc:
+        except PageTokenError as exc:
             raise InvalidParamsError(
                 str(exc), field_violations=[("pageToken", "not a token from this server")]
             ) from exc

@@ -26,7 +26,7 @@ from relaykit.backends._base import (
     StreamKey,
     TaskQuery,
     TaskRecord,
-    failed_status,
+    failed_orphan,
     from_epoch,
 )
 from relaykit.backends._paging import decode_token, encode_token, listed_task, timestamp_us
@@ -177,9 +177,7 @@ class MemoryTaskStore:
         count = 0
         for task_id, row in list(self._rows.items()):
             if row[_STATE] in _ACTIVE:
-                task = Task.from_json(row[_BODY])
-                task.status = failed_status(reason)
-                task.history.append(task.status.message)  # type: ignore[arg-type]
+                task = failed_orphan(task_id, row[_CONTEXT], row[_BODY], reason)
                 tenant, owner, version, seq = row[_TENANT], row[_OWNER], row[_VERSION] + 1, row[_SEQ] + 1
                 record = TaskRecord(task, tenant, owner, 0, seq)
                 self._rows[task_id] = _new_row(record, version, row[_WORKER], row[_REQUEST])

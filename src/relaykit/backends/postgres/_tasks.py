@@ -17,7 +17,7 @@ from typing import Any
 
 from relaykit._enums import TaskState
 from relaykit._types import Task
-from relaykit.backends._base import Claim, ConflictError, ListPage, Orphan, TaskQuery, TaskRecord, failed_status
+from relaykit.backends._base import Claim, ConflictError, ListPage, Orphan, TaskQuery, TaskRecord, failed_orphan
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends._paging import (
     decode_token,
@@ -221,7 +221,7 @@ class PostgresTaskStore(AttachedStore[Database]):
             "AND p.owner = t.owner AND p.task_id = t.id)"
         )
         self._sql_active = (
-            f"SELECT id, body, tenant, owner, version, event_seq, {has_configs} FROM {t} AS t "
+            f"SELECT id, context_id, body, tenant, owner, version, event_seq, {has_configs} FROM {t} AS t "
             "WHERE state = ANY($1::text[]) FOR UPDATE OF t"
         )
         self._sql_fail = (
@@ -434,10 +434,8 @@ class PostgresTaskStore(AttachedStore[Database]):
         return WriteCombiner(one, many)
 
     async def list(self, query: TaskQuery) -> ListPage:
-        # Decoded first, so a bad token fails fast with ValueError and costs the database nothing.
+        # Decoded first, so a bad token fails fast with PageTokenError and costs the database nothing.
         after = decode_token(query.page_token) if query.page_token else None
-        if after is not None and has_nul(after[1]):
-            raise ValueError(f"invalid page token {query.page_token!r}")
         if has_nul(query.tenant, query.owner, query.context_id):
             return ListPage()
         sql, params = self.list_statement(query, after)
@@ -551,15 +549,10 @@ class PostgresTaskStore(AttachedStore[Database]):
                 stamps: list[int] = []
                 bodies: list[bytes] = []
                 owed: list[bool] = []
-                for task_id, body, tenant, owner, version, event_seq, configs in rows:
-                    task = Task.from_json(body)
-                    status = failed_status(reason)
-                    task.status = status
-                    # History holds the agent messages carried in status updates (CONTRACT): this one too.
-                    if status.message is not None:
-                        task.history.append(status.message)
+                for task_id, context_id, body, tenant, owner, version, event_seq, configs in rows:
+                    task = failed_orphan(task_id, context_id, body, reason)
                     ids.append(task_id)
-                    states.append(status.state.value)
+                    states.append(task.status.state.value)
                     stamps.append(sort_key(task)[0])
                     bodies.append(task.to_json())
                     # With push configs, the FAILED status is owed to them from this very write on (push._owed).

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from relaykit._enums import TaskState
 from relaykit._types import Task
-from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord, failed_status
+from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord, failed_orphan
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends._paging import (
     decode_token,
@@ -76,7 +76,8 @@ class SQLiteTaskStore(AttachedStore[Database]):
             "AND p.task_id = t.id)"
         )
         self._sql_active = (
-            f"SELECT id, body, tenant, owner, version, event_seq, {has_configs} FROM {t} AS t WHERE state IN (?, ?)"
+            f"SELECT id, context_id, body, tenant, owner, version, event_seq, {has_configs} FROM {t} AS t "
+            "WHERE state IN (?, ?)"
         )
         self._sql_fail = (
             f"UPDATE {t} SET state = ?, status_ts = ?, version = version + 1, event_seq = event_seq + 1, body = ?, "
@@ -155,7 +156,7 @@ class SQLiteTaskStore(AttachedStore[Database]):
         await self._db.write(job)
 
     async def list(self, query: TaskQuery) -> ListPage:
-        # Decoded before queueing, so a bad token fails fast with ValueError and costs the database nothing.
+        # Decoded before queueing, so a bad token fails fast with PageTokenError and costs the database nothing.
         after = decode_token(query.page_token) if query.page_token else None
         where = ["tenant = ?", "owner = ?"]
         params: list[object] = [query.tenant, query.owner]
@@ -235,17 +236,13 @@ class SQLiteTaskStore(AttachedStore[Database]):
         def job(conn: sqlite3.Connection) -> int:
             with transaction(conn):
                 rows = conn.execute(self._sql_active, _ACTIVE).fetchall()
-                for task_id, body, tenant, owner, version, event_seq, configs in rows:
-                    task = Task.from_json(body)
-                    status = failed_status(reason)
-                    task.status = status
-                    # History holds the agent messages carried in status updates (CONTRACT): this one too.
-                    if status.message is not None:
-                        task.history.append(status.message)
+                for task_id, context_id, body, tenant, owner, version, event_seq, configs in rows:
+                    task = failed_orphan(task_id, context_id, body, reason)
                     # With push configs, the FAILED status is owed to them from this very write on (push._owed).
                     owed = int(event_seq) + 1 if configs else 0
                     conn.execute(
-                        self._sql_fail, (status.state.value, sort_key(task)[0], task.to_json(), bool(owed), task_id)
+                        self._sql_fail,
+                        (task.status.state.value, sort_key(task)[0], task.to_json(), bool(owed), task_id),
                     )
                     if failed is not None:
                         record = TaskRecord(task, tenant, owner, int(version) + 1, int(event_seq) + 1)
