@@ -10,8 +10,9 @@ Invariants (every binding goes through these, so no client input becomes a 500 o
   encode that string).
 * Arrays and objects nest at most ``MAX_JSON_DEPTH`` deep in a request body (the outermost counts one), whatever its
   size; deeper is ``JSONParseError`` (RFC 8259 §9 lets a parser limit nesting). Whatever a request carries is
-  stored a few levels deeper at most (a data part in a task's history, the task in a stream event), far under
-  what the stores' reader (jiter: 200 levels) reads back: a task can never be written that cannot be read.
+  stored a few levels deeper at most (a data part in a task's history, the task in a stream event), under what
+  every reader reads back (jiter, the stores' reader: 200 levels; a gRPC client's protobuf parser: about 33 levels
+  of JSON in metadata): a task can never be written that cannot be read, on any binding.
 * A body over ``OFF_LOOP_BYTES`` is parsed in a worker thread with a Python hook per object, which both lets the
   event loop run between objects (the hook releases the GIL at the interpreter's switch interval) and refuses a
   body of more than ``MAX_JSON_OBJECTS`` objects as soon as it has seen one too many: a 10 MB body of 800k tiny
@@ -43,8 +44,11 @@ MAX_EVENT_ID_DIGITS = 19  # 2**63 - 1 has 19 digits: the stores keep event ids a
 _MAX_EVENT_ID = 2**63 - 1
 OFF_LOOP_BYTES = 256 * 1024  # a body this small parses in a few milliseconds: not worth a thread hop
 MAX_JSON_OBJECTS = 100_000  # per request body over OFF_LOOP_BYTES; a 1,000-part message holds ~1,000
-# A 1.0 data part sits 5 levels down in a JSON-RPC SendMessage body: 59 levels are left for the data itself.
-MAX_JSON_DEPTH = 64
+# 32, not more: every binding must read back whatever was stored, and gRPC's protobuf reader, which spends about three
+# of its 100 recursion levels per level of JSON in a Struct (metadata, data parts), gives up on a stored task whose
+# message metadata nests more than about 33 levels (measured: 32 read back, 40 refused). A message's metadata sits
+# 4 levels down in a JSON-RPC SendMessage body, a data part 5: 27-28 levels are left for the data itself.
+MAX_JSON_DEPTH = 32
 _TOO_DEEP = (
     f"request body is not valid JSON for this server: arrays and objects nest more than {MAX_JSON_DEPTH} levels deep"
 )
