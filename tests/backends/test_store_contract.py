@@ -153,6 +153,23 @@ async def test_update_bumps_version(store: TaskStore) -> None:
     assert got.task.status.state is TaskState.COMPLETED
 
 
+async def test_get_hands_back_the_bytes_it_read_and_never_writes_them(store: TaskStore) -> None:
+    # The engine decodes an agent's copy of a task from them (server._runner); a caller that changes the task and
+    # saves it stores its change, not those bytes.
+    await insert(store, make_task("t1", text="original"))
+    record = await store.get("t1")
+    assert record is not None
+    assert record.read is not None
+    assert Task.from_json(record.read) == record.task
+    record.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=at(1))
+    await store.save(record)
+    got = await store.get("t1")
+    assert got is not None
+    assert got.task.status.state is TaskState.COMPLETED
+    assert got.read is not None
+    assert Task.from_json(got.read) == got.task
+
+
 async def test_the_stored_copy_is_not_the_callers_object(store: TaskStore) -> None:
     task = make_task("t1", text="original")
     await insert(store, task)

@@ -192,6 +192,7 @@ def assemble(
     max_queued: int = 16,
     max_subscribers: int = 64,
     max_artifact_bytes: int = 64 * 1024 * 1024,
+    max_history_bytes: int = 16 * 1024 * 1024,
     replay: int = 1000,
     retention: float | None = None,
     retention_interrupted: float | None = None,
@@ -301,6 +302,7 @@ def assemble(
         max_subscribers=max_subscribers,
         idempotency_window=idempotency_window,
         max_artifact_bytes=max_artifact_bytes,
+        max_history_bytes=max_history_bytes,
     )
     if redis_url is not None:
         from relaykit.backends.redis import RedisWorkQueue

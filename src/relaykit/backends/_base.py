@@ -90,6 +90,10 @@ class TaskRecord:
     # until the outbox commit that holds the notification clears it). Zero (every task without push configs): the
     # write leaves the stored marker alone. Stores without an owed-marker column ignore it.
     push_owed: int = 0
+    # The ProtoJSON ``get`` decoded the task from, when the store keeps it so: what the task said when read (the
+    # engine decodes its agent's copy from it, and measures the task by it, instead of encoding the task again).
+    # Never written: ``save`` uses ``body``, so a caller that changes the task need not reset this.
+    read: bytes | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -129,7 +133,8 @@ class TaskStore(Protocol):
         """Release connections."""
 
     async def get(self, task_id: str, *, tenant: str = "", owner: str = "anonymous") -> TaskRecord | None:
-        """The task with its version, or ``None`` when missing or out of scope."""
+        """The task with its version, or ``None`` when missing or out of scope. A store that keeps the task as its
+        ProtoJSON hands the bytes it read back as ``read`` too (optional)."""
 
     async def save(self, record: TaskRecord) -> None:
         """Insert (``version == 0``) or update (``version`` = the version read); bumps ``record.version``.

@@ -433,6 +433,7 @@ def create_app(
     max_queued: int = 16,
     max_subscribers: int = 64,
     max_artifact_bytes: int = 64 * 1024 * 1024,
+    max_history_bytes: int = 16 * 1024 * 1024,
     replay: int = 1000,
     retention: float | None = None,
     retention_interrupted: float | None = None,
@@ -507,8 +508,11 @@ def create_app(
     encrypts push credentials at rest in every store.
 
     Limits: ``quotas`` (``relaykit.server.Quotas``-like, in ``relaykit.server._quotas``) bounds what one
-    authenticated principal may take: executions, open streams, requests per second, push configs per task. See
-    docs/limits.md for every default.
+    authenticated principal may take: executions, open streams, requests per second, push configs per task.
+    ``max_artifact_bytes`` bounds the artifacts an agent publishes on a live task (past it the task FAILS),
+    ``max_history_bytes`` the history (ProtoJSON bytes) follow-up messages grow a task to (past it a follow-up is
+    refused with InvalidParams; start a new task in the same context); ``0`` turns either off. See docs/limits.md
+    for every default.
     """
     # Every option but the HTTP ones is assemble's, by the same name and default (tests/test_assembly.py checks the
     # two signatures agree), so they are passed on as they came.

@@ -15,24 +15,32 @@ Rules:
   CIDR entry (``127.0.0.1``, ``10.0.0.0/8``, ``::1``) allows those addresses.
 
 At config time a name that does not resolve is accepted (the receiver may not exist yet); the connect-time check
-decides. At connect time the name is resolved once, each address is checked, and the connection goes to a checked
-address, while the request keeps the original ``Host`` header and TLS server name (``GuardedBackend`` under
-httpx), so a DNS answer that changes between check and connect (rebinding) cannot reach a refused address.
+decides. At most ``MAX_LOOKUPS`` config-time lookups run at once: a lookup holds a resolver thread (the loop's
+default executor, or libuv's pool of 4 under uvloop) until the system resolver answers, however long after the
+check's timeout that is (the timeout ends the wait, not the thread), so names whose DNS answers slowly could
+otherwise take every thread, and delivery-time lookups (and every other ``getaddrinfo`` of the process) would wait
+behind them. A check whose lookup cannot start within the timeout is refused as retryable (RESOURCE_EXHAUSTED).
+
+At connect time the name is resolved once, each address is checked, and the connection goes to a checked address,
+while the request keeps the original ``Host`` header and TLS server name (``GuardedBackend`` under httpx), so a DNS
+answer that changes between check and connect (rebinding) cannot reach a refused address.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import socket
 import typing
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpcore
 
-from relaykit._errors import InvalidParamsError
+from relaykit._errors import InvalidParamsError, ResourceExhaustedError
 
 __all__ = ["GuardedBackend", "WebhookGuard", "WebhookRefusedError", "address_problem"]
 
@@ -41,7 +49,8 @@ log = logging.getLogger("relaykit.push")
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-RESOLVE_TIMEOUT = 2.0  # seconds for the config-time DNS lookup
+RESOLVE_TIMEOUT = 2.0  # seconds for the config-time DNS lookup (and as long again to wait for one to start)
+MAX_LOOKUPS = 2  # config-time DNS lookups running at once (each holds a resolver thread until it answers)
 
 # Cloud instance metadata services: named in the refusal, since they are the classic SSRF target.
 _METADATA = frozenset(
@@ -132,9 +141,14 @@ class WebhookGuard:
     (True, True)
     """
 
-    def __init__(self, allow: Iterable[str] = (), *, resolve_timeout: float = RESOLVE_TIMEOUT) -> None:
+    def __init__(
+        self, allow: Iterable[str] = (), *, resolve_timeout: float = RESOLVE_TIMEOUT, max_lookups: int = MAX_LOOKUPS
+    ) -> None:
         self.allow = tuple(allow)
         self.resolve_timeout = resolve_timeout
+        self.max_lookups = max_lookups
+        # Released when a lookup's thread is done, not when the check stops waiting for it.
+        self._lookups = asyncio.Semaphore(max_lookups)
         self._networks: list[IPNetwork] = []
         self._hosts: set[str] = set()
         self._suffixes: list[str] = []
@@ -201,7 +215,8 @@ class WebhookGuard:
         return host, port or (443 if scheme == "https" else 80)
 
     async def check_url(self, url: str) -> None:
-        """The config-time check; raises ``WebhookRefusedError``. A name that does not resolve passes."""
+        """The config-time check; raises ``WebhookRefusedError``. A name that does not resolve passes. Raises
+        ``ResourceExhaustedError`` (retryable) when its lookup cannot start in time (``MAX_LOOKUPS``)."""
         host, port = self.split(url)
         if self.allows_host(host):
             return
@@ -228,10 +243,22 @@ class WebhookGuard:
             raise InvalidParamsError(str(exc), field_violations=[(field, exc.field_reason)]) from None
 
     async def _resolve(self, host: str, port: int) -> list[IPAddress]:
+        lookups = self._lookups
+        try:
+            await asyncio.wait_for(lookups.acquire(), self.resolve_timeout)
+        except TimeoutError:
+            # Names nobody asked about are not named: the caller's own host is the only one in the log line.
+            log.warning("webhook host %s not checked: %d lookups already in progress", host, self.max_lookups)
+            raise ResourceExhaustedError(
+                "the server cannot check the webhook host now: too many webhook host lookups are in progress; "
+                "retry shortly",
+                retry_after="1",
+            ) from None
         loop = asyncio.get_running_loop()
-        infos = await asyncio.wait_for(
-            loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout=self.resolve_timeout
-        )
+        lookup = asyncio.ensure_future(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        lookup.add_done_callback(functools.partial(_lookup_done, lookups))
+        # Shielded: the timeout (or the caller leaving) ends this wait; the lookup runs on, holding its place.
+        infos = await asyncio.wait_for(asyncio.shield(lookup), timeout=self.resolve_timeout)
         out: list[IPAddress] = []
         for info in infos:
             ip = _parse_ip(str(info[4][0]))
@@ -279,6 +306,14 @@ class WebhookGuard:
         if not addresses:
             raise httpcore.ConnectError(f"webhook host {host} resolved to no address")
         return [str(a) for a in addresses]
+
+
+def _lookup_done(lookups: asyncio.Semaphore, lookup: asyncio.Future[Any]) -> None:
+    """A config-time lookup's thread is done: its place is free. Its outcome is taken here, since the check may
+    have stopped waiting for it (a lookup left behind must not log "exception never retrieved")."""
+    lookups.release()
+    if not lookup.cancelled():
+        lookup.exception()
 
 
 def _is_localhost(host: str) -> bool:

@@ -184,6 +184,17 @@ class ActiveTask:
         """The current task, or ``None`` before the agent created it."""
         return self.record.task if self.record is not None else None
 
+    @property
+    def written(self) -> bytes | None:
+        """The task's ProtoJSON as last written, or as read from the store when it has not been written since, while
+        the live task still says exactly that; ``None`` once it has changed (a message added, an event being
+        applied, chunks not yet flushed), or when nobody has its bytes."""
+        record = self.record
+        if record is None or self.dirty or self.chunks_since_flush or self.emitting:
+            return None
+        # Every write sets ``body``: until the first, the task is what the store read.
+        return record.body if record.body is not None else record.read
+
 
 def visible(registry: dict[str, ActiveTask], task_id: str, tenant: str, owner: str) -> ActiveTask | None:
     """The live task in ``registry`` as this caller may see it: one that exists (the agent created it) and is theirs."""

@@ -78,6 +78,7 @@ class TaskEngine(Runner, Readers):
         idempotency_window: float = 600.0,
         on_event: Any = None,
         max_artifact_bytes: int = 64 * 1024 * 1024,
+        max_history_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         self.executor = executor
         self.store: TaskStore = store if store is not None else MemoryTaskStore()
@@ -91,6 +92,7 @@ class TaskEngine(Runner, Readers):
         self.checkpoint_chunks = checkpoint_chunks
         self.checkpoint_seconds = checkpoint_seconds
         self.max_artifact_bytes = max_artifact_bytes
+        self.max_history_bytes = max_history_bytes
         # Hook for push delivery: called with (active task, seq, event, data) after each publish.
         self.on_event = on_event
         # Hook for push delivery: called with the active task when an execution creates it (see ``Recorder``).

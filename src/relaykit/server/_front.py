@@ -169,7 +169,14 @@ class Front:
             if record is None:
                 raise TaskNotFoundError(task_id=message.task_id)
             task = record.task
-            accept_continuation(message, task.id, task.context_id, task)
+            accept_continuation(
+                message,
+                task.id,
+                task.context_id,
+                task,
+                max_history_bytes=self.engine.max_history_bytes,
+                written=record.read,
+            )
             return None
         record = self._submitted(request, call, task_id)
         await self.store.save(record)
@@ -230,7 +237,14 @@ class Front:
             await self._release(task_id)
             return None
         try:
-            accept_continuation(message, task.id, task.context_id, task)
+            accept_continuation(
+                message,
+                task.id,
+                task.context_id,
+                task,
+                max_history_bytes=self.engine.max_history_bytes,
+                written=claim.record.read,
+            )
             alone = outcome_only(request.configuration, streaming)
             pending = self.engine.admit_claimed(request, call, claim.record, streaming=streaming, outcome_only=alone)
         except BaseException:

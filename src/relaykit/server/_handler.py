@@ -194,14 +194,20 @@ class RequestHandler:
         if config is None:
             return
         self._require_push()
-        await self._check_push_config(config, "configuration.taskPushNotificationConfig.")
         message = request.message
+        tenant = request.tenant or call.tenant
+        if message.task_id:
+            # A follow-up: its task must be the caller's before anything is done for its config (a DNS lookup of the
+            # webhook host above all), as CreateTaskPushNotificationConfig checks it first. Someone else's task or
+            # none answers TaskNotFound, and the server resolves no name for it.
+            await self._visible_task(message.task_id, tenant, call)
+        await self._check_push_config(config, "configuration.taskPushNotificationConfig.")
         if message.task_id:
             # A follow-up's config joins the configs its task has (each message without a config id adds one): the
             # cap CreateTaskPushNotificationConfig keeps holds for it too, checked before the message runs.
             legacy = bool(config.protocol_version)
             config_id = inline_config_id(config.id, message.task_id, message.message_id, legacy=legacy)
-            await self._check_push_cap(message.task_id, config_id, request.tenant or call.tenant, call)
+            await self._check_push_cap(message.task_id, config_id, tenant, call)
 
     async def _check_push_config(self, config: TaskPushNotificationConfig, where: str) -> None:
         """What a push config must be before it is stored, whichever binding or operation carried it (``where``:

@@ -5,6 +5,10 @@ Invariants:
 * a message is admitted only while the engine accepts work, and to a task its caller can see that is not terminal
   (``accept_continuation``); a task holds at most ``max_queued`` waiting messages and the process runs at most
   ``max_concurrent`` runners: beyond that a request is refused at once, never queued without bound;
+* a task's history stays within ``max_history_bytes``: a follow-up that would take it past the limit is refused
+  (InvalidParams) before anything is stored, when it is admitted and again when it starts should it have waited
+  behind another execution (whose messages grew the history meanwhile). The history is what follow-ups grow, and
+  every later message costs time in proportion to the task's size (the task is decoded, encoded and rewritten);
 * one runner per task processes its messages one at a time; many tasks run concurrently;
 * every execution ends in a terminal or interrupted state (an agent that returns with its task still active has
   failed it), and its queue is closed;
@@ -43,7 +47,7 @@ from relaykit.server._queue import EventQueue
 from relaykit.server._quotas import exhausted
 from relaykit.server._recent import RecentMessages, Seen
 
-__all__ = ["Runner", "accept_continuation"]
+__all__ = ["Runner", "accept_continuation", "check_history"]
 
 log = logging.getLogger("relaykit.engine")
 
@@ -68,9 +72,19 @@ _NO_DEADLINE = _NoDeadline()
 _ACTIVE_STATES = (TaskState.SUBMITTED, TaskState.WORKING)
 
 
-def accept_continuation(message: Message, task_id: str, context_id: str, task: Task | None) -> None:
+def accept_continuation(
+    message: Message,
+    task_id: str,
+    context_id: str,
+    task: Task | None,
+    *,
+    max_history_bytes: int,
+    written: bytes | None = None,
+) -> None:
     """The rules for a message to an existing task (the one in-process runner and the scale-out accepting side
-    share them): none to a terminal task, the context must match; the message joins the task's context."""
+    share them): none to a terminal task, the context must match, the history must stay within
+    ``max_history_bytes`` (``written``: the task's ProtoJSON, when the caller has it); the message joins the task's
+    context."""
     if task is not None and task.status.state in TERMINAL:
         raise UnsupportedOperationError(
             f"task {task.id} is {task.status.state.name}; terminal tasks take no more messages "
@@ -82,7 +96,28 @@ def accept_continuation(message: Message, task_id: str, context_id: str, task: T
             f"contextId {message.context_id!r} does not match task {task_id}'s context",
             field_violations=[("message.contextId", "does not match the task's contextId")],
         )
+    if task is not None and max_history_bytes > 0:
+        check_history(task, written, message, max_history_bytes)
     message.context_id = context_id
+
+
+def check_history(task: Task, written: bytes | None, message: Message, limit: int) -> None:
+    """Refuse ``message`` when the task's history with it would be over ``limit`` bytes of ProtoJSON.
+
+    ``written``: the whole task's ProtoJSON, when the caller has it. The history is part of it, so a task whose
+    whole size leaves room costs no measuring (most tasks); otherwise the history is encoded to be measured."""
+    size = len(message.to_json())
+    if written is not None and len(written) + size <= limit:
+        return
+    history = len(task.__pydantic_serializer__.to_json(task, include={"history"}, exclude_defaults=True, by_alias=True))
+    if history + size > limit:
+        # Names the limit and the way on, never the content.
+        raise InvalidParamsError(
+            f"task {task.id}'s history would exceed the server's limit of {limit} bytes (max_history_bytes); "
+            "it takes no more messages: start a new task in the same context",
+            field_violations=[("message", f"the task's history would exceed {limit} bytes")],
+            task_id=task.id,
+        )
 
 
 def _agent_failure(reason: BaseException) -> str:
@@ -105,6 +140,7 @@ class Runner(Cancellation):
     # Told (active, pending) as a message starts running (scale-out quotas release its place in the queue).
     on_start: Any
     max_queued: int
+    max_history_bytes: int  # a task's history, in ProtoJSON bytes, that follow-ups may grow it to (0: no limit)
     # The messages admitted within the idempotency window (a repeat gets the original's outcome).
     recent: RecentMessages
     # Told when this process stops running a task (scale-out: to release its claim).
@@ -149,7 +185,14 @@ class Runner(Cancellation):
                 # of 0 turns idempotency off altogether: then a reused messageId is a new message (as the A2A
                 # conformance kit sends them), here as in ``recent``.
                 return Seen(task.id, task.context_id)
-            accept_continuation(message, active.task_id, active.context_id, task)
+            accept_continuation(
+                message,
+                active.task_id,
+                active.context_id,
+                task,
+                max_history_bytes=self.max_history_bytes,
+                written=active.written,
+            )
         else:
             context_id = message.context_id or new_id()
             set_field(message, "context_id", context_id)
@@ -241,6 +284,7 @@ class Runner(Cancellation):
     # --- the runner --------------------------------------------------------------------------------------
 
     async def _run(self, active: ActiveTask) -> None:
+        waited = False  # the message waited behind another execution of this runner
         try:
             while active.requests:
                 pending = active.requests.popleft()
@@ -256,6 +300,14 @@ class Runner(Cancellation):
                         )
                     )
                     continue
+                if waited and task is not None and self.max_history_bytes > 0 and not pending.rerun:
+                    # Admitted against the history as it was then: the executions before it have added to it since.
+                    try:
+                        check_history(task, active.written, pending.message, self.max_history_bytes)
+                    except InvalidParamsError as exc:
+                        pending.reject(exc)
+                        continue
+                waited = True
                 try:
                     if self.telemetry is None:
                         await self._execute(active, pending)
@@ -332,21 +384,33 @@ class Runner(Cancellation):
         message = pending.message
         task = active.task
         body: bytes | None = None
+        given: Task | None = None  # the agent's own copy of the task (the live one keeps changing under the engine)
         if self._remote_bus:
             # The shared log may be ahead of the stored task (chunks published before their checkpoint).
             await self.bus.prepare(active.task_id, self._base_seq(active))
         if task is not None:
             # A continuation: the user's message joins the history now; it is persisted with the next status write.
             message.task_id = task.id
+            written = active.written
             if not pending.rerun:
                 task.history.append(message)
                 active.dirty = True
-            body = task.to_json()
+            if written is None or not pending.outcome_only or self.on_event is not None or self._remote_bus:
+                # The opening snapshot (below) is wanted, or nothing says what the task is but the live task.
+                body = task.to_json()
+                given = Task.model_validate_json(body)
+            else:
+                # A blocking caller, no push hook, an in-process bus: nobody takes an opening snapshot, so the task is
+                # not encoded for one. The agent's copy is decoded from the bytes last written or read, which say
+                # what the live task said before the message joined it (one pass over the task less per message).
+                given = Task.model_validate_json(written)
+                if not pending.rerun:
+                    given.history.append(message)
         context = RequestContext(
             task_id=active.task_id,
             context_id=active.context_id,
             message=message,
-            task=Task.model_validate_json(body) if body is not None else None,
+            task=given,
             metadata=pending.metadata,
             configuration=pending.configuration,
             call=pending.call,

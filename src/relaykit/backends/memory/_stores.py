@@ -116,7 +116,8 @@ class MemoryTaskStore:
         row = self._row(task_id, tenant, owner)
         if row is None:
             return None
-        return TaskRecord(Task.from_json(row[_BODY]), row[_TENANT], row[_OWNER], row[_VERSION], row[_SEQ])
+        body = row[_BODY]
+        return TaskRecord(Task.from_json(body), row[_TENANT], row[_OWNER], row[_VERSION], row[_SEQ], read=body)
 
     async def save(self, record: TaskRecord) -> None:
         self._write(record)

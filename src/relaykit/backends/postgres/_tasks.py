@@ -299,7 +299,7 @@ class PostgresTaskStore(AttachedStore[Database]):
         row = await self._db.run(job)
         if row is None:
             return None
-        return TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]), int(row[2]))
+        return TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]), int(row[2]), read=row[0])
 
     @staticmethod
     def _row(record: TaskRecord) -> tuple[Any, ...]:

@@ -107,7 +107,10 @@ class SQLiteTaskStore(AttachedStore[Database]):
             row = conn.execute(self._sql_get, (task_id, tenant, owner)).fetchone()
             if row is None:
                 return None
-            return TaskRecord(Task.from_json(row[0]), tenant, owner, int(row[1]), int(row[2]))
+            body = row[0]
+            # (Always bytes as relaykit writes it; a row some other tool wrote as TEXT is decoded all the same.)
+            read = body if type(body) is bytes else None
+            return TaskRecord(Task.from_json(body), tenant, owner, int(row[1]), int(row[2]), read=read)
 
         return await self._db.run(job)
 
