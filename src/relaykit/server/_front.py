@@ -129,6 +129,13 @@ def requeued(record: TaskRecord, *, fresh: bool) -> WorkItem | None:
     return WorkItem(record.task.id, record.tenant, record.owner, request, call, fresh)
 
 
+async def _abandon(read: asyncio.Future[Any]) -> None:
+    """Cancel a pending read of an event generator and let it end, so that the generator can then be closed (closing
+    one whose ``__anext__`` still runs raises RuntimeError)."""
+    read.cancel()
+    await asyncio.wait({read})
+
+
 class Front:
     """Mixed into ``Cluster``: the accepting side."""
 
@@ -332,20 +339,35 @@ class Front:
         return tap, task_id, key, False, "", item, None
 
     async def _execution(
-        self, tap: Any, item: WorkItem | None, tenant: str, owner: str
+        self,
+        tap: Any,
+        item: WorkItem | None,
+        tenant: str,
+        owner: str,
+        repeat: tuple[str, str, Message] | None = None,
     ) -> AsyncGenerator[StreamItem, None]:
-        """The events of one execution. Until the first arrives, make sure its queue entry was not lost (a Redis
-        restart without persistence loses the queue): a lost entry whose task nobody runs is enqueued again (a
-        worker that already took it recognises the repeat and skips it)."""
+        """The events of one execution. Until the first arrives, make sure it is still coming: for the first copy of
+        a message, that its queue entry was not lost (a Redis restart without persistence loses the queue): a lost
+        entry whose task nobody runs is enqueued again (a worker that already took it recognises the repeat and skips
+        it); for a repeat (``repeat``: its idempotency key, the value it found there, the message), that the first
+        copy did not fail before it ran (``_first_copy_failed``)."""
         items = self.engine._follow(tap, until_terminal=False, tenant=tenant, owner=owner)
         try:
-            if item is not None:
+            if item is not None or repeat is not None:
                 first = asyncio.ensure_future(items.__anext__())
                 try:
                     while not (await asyncio.wait({first}, timeout=self.requeue_after))[0]:
-                        await self._requeue_if_lost(item)
+                        if item is not None:
+                            await self._requeue_if_lost(item)
+                            continue
+                        assert repeat is not None
+                        reply = await self._first_copy_failed(*repeat, tenant, owner)
+                        if reply is not None:
+                            await _abandon(first)
+                            yield (0, reply, stream_json(reply))
+                            return
                 except BaseException:
-                    first.cancel()
+                    await _abandon(first)
                     raise
                 try:
                     yield first.result()
@@ -364,6 +386,35 @@ class Front:
             await self.queue.enqueue(item)
         except Exception as exc:
             log.info("task %s: could not check its queued message: %s", item.task_id, exc)
+
+    async def _first_copy_failed(
+        self, key: str, original: str, message: Message, tenant: str, owner: str
+    ) -> Message | None:
+        """For a repeat still waiting for its original execution's first event: None while that execution may still
+        come; its recorded reply when it ended with one; ``ServiceUnavailableError`` (retryable) when the first copy
+        failed before it ran. A first copy refused after its key was written (the quotas, a store or queue error)
+        drops the key, and a repeat that found the key in the meantime would otherwise wait for ever."""
+        try:
+            now = await self.queue.recall(key)
+        except Exception:
+            return None  # Redis unreachable: no verdict now; asked again at the next period
+        if now == original:
+            return None
+        if now is not None:
+            found = json.loads(now)
+            if "m" in found:
+                return Message.model_validate_json(found["m"])
+            # Another copy came after the first failed, and runs now: a retry follows it.
+        else:
+            # The key is gone: the first copy failed, unless the window ran out while its execution waited to start
+            # (then its task is stored, with the message in its history once it started).
+            task_id = message.task_id or json.loads(original)["t"]
+            record = await self.store.get(task_id, tenant=tenant, owner=owner)
+            if record is not None and (
+                not message.task_id or any(m.message_id == message.message_id for m in record.task.history)
+            ):
+                return None
+        raise ServiceUnavailableError("the first copy of this message failed before it ran; send it again")
 
     async def _repeat_tap(self, original: str, message: Message, tenant: str, owner: str) -> tuple[Any, str, Any]:
         """For a repeated message: a tap replaying the original execution, or its recorded reply.
@@ -410,7 +461,8 @@ class Front:
                 # ends. returnImmediately answers now with the task as it is, as in one process (the engine's
                 # ``outcome``); the queued message runs next all the same.
                 return await self._current(task_id, tenant, call.user)
-            outcome = self._outcome(tap, item, task_id, tenant, call.user, immediate, key)
+            again = (key, original, request.message) if repeat else None
+            outcome = self._outcome(tap, item, task_id, tenant, call.user, immediate, key, again)
             if self.engine.send_timeout is None:
                 return await outcome
             try:
@@ -434,9 +486,17 @@ class Front:
         return record.task.to_json()  # type: ignore[no-any-return]
 
     async def _outcome(
-        self, tap: Any, item: WorkItem | None, task_id: str, tenant: str, owner: str, immediate: bool, key: str
+        self,
+        tap: Any,
+        item: WorkItem | None,
+        task_id: str,
+        tenant: str,
+        owner: str,
+        immediate: bool,
+        key: str,
+        repeat: tuple[str, str, Message] | None = None,
     ) -> bytes | Message:
-        async for _seq, event, _data in self._execution(tap, item, tenant, owner):
+        async for _seq, event, _data in self._execution(tap, item, tenant, owner, repeat):
             if isinstance(event, A2AError):
                 raise event
             if isinstance(event, Message):
@@ -479,7 +539,8 @@ class Front:
                 return
         holder.attach(tap)
         try:
-            async for item in self._execution(tap, work, tenant, call.user):
+            again = (key, original, request.message) if repeat else None
+            async for item in self._execution(tap, work, tenant, call.user, again):
                 event = item[1]
                 if isinstance(event, A2AError):
                     raise event

@@ -308,6 +308,11 @@ class RedisWorkQueue:
             return None
         return found
 
+    async def recall(self, key: str) -> str | None:
+        """What ``key`` holds now (None once dropped or expired)."""
+        value = await self._call(self.client.get(key))
+        return value.decode() if isinstance(value, bytes) else value
+
     async def update(self, key: str, value: str, window: float) -> None:
         await self._call(self.client.set(key, value, xx=True, px=int(window * 1000)))
 
