@@ -121,42 +121,35 @@ class SQLiteTaskStore(AttachedStore[Database]):
         task_id, version = task.id, record.version
         status_ts = sort_key(task)[0]
         body = record.body if record.body is not None else task.to_json()
-        fields = (task.context_id, task.status.state.value, status_ts, version + 1, record.event_seq, body)
+        fields: tuple[object, ...] = (
+            task.context_id,
+            task.status.state.value,
+            status_ts,
+            version + 1,
+            record.event_seq,
+            body,
+        )
         scope = (record.tenant, record.owner)
+        insert, update = self._sql_insert, self._sql_update
         if record.push_owed:
-            await self._save_owed(task_id, version, scope, (*fields, record.push_owed))
-            record.version = version + 1
-            return
+            # A state whose push notification is owed: the marker goes into the row in the statement that stores the
+            # state, so no instant has one without the other. Statements of their own: a task without push configs
+            # writes exactly what it did before markers existed.
+            insert, update = self._sql_insert_owed, self._sql_update_owed
+            fields = (*fields, record.push_owed)
 
         def job(conn: sqlite3.Connection) -> None:
             if version == 0:
                 try:
-                    conn.execute(self._sql_insert, (task_id, *scope, *fields))
+                    conn.execute(insert, (task_id, *scope, *fields))
                 except sqlite3.IntegrityError:
                     raise ConflictError(f"task {task_id} already exists") from None
                 return
-            if conn.execute(self._sql_update, (*fields, task_id, version, *scope)).rowcount != 1:
+            if conn.execute(update, (*fields, task_id, version, *scope)).rowcount != 1:
                 raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
 
         await self._db.write(job)
         record.version = version + 1
-
-    async def _save_owed(self, task_id: str, version: int, scope: tuple[str, str], fields: tuple[object, ...]) -> None:
-        """``save`` of a state whose push notification is owed: the marker (the last of ``fields``) goes into the row in
-        the statement that stores the state, so no instant has one without the other. Its own statements and its own
-        method: a task without push configs writes exactly what it did before markers existed."""
-
-        def job(conn: sqlite3.Connection) -> None:
-            if version == 0:
-                try:
-                    conn.execute(self._sql_insert_owed, (task_id, *scope, *fields))
-                except sqlite3.IntegrityError:
-                    raise ConflictError(f"task {task_id} already exists") from None
-                return
-            if conn.execute(self._sql_update_owed, (*fields, task_id, version, *scope)).rowcount != 1:
-                raise ConflictError(f"task {task_id} was changed by another writer (or is not in this scope)")
-
-        await self._db.write(job)
 
     async def list(self, query: TaskQuery) -> ListPage:
         # Decoded before queueing, so a bad token fails fast with PageTokenError and costs the database nothing.
