@@ -1,8 +1,9 @@
 """``RequestHandler``: one coroutine per A2A operation, over the engine and the stores.
 
 Every business rule a binding might be tempted to repeat lives here and raises core errors: capability checks
-(streaming, push, extended card; digest §5.11), required extensions, history trimming (§5.6), ListTasks shaping
-(§5.7), push-config scoping. Bindings only decode, call the method the operation table names, and encode.
+(streaming, push, extended card; digest §5.11), required extensions, the media types a message's parts may have
+(``server._modes``), history trimming (§5.6), ListTasks shaping (§5.7), push-config scoping. Bindings only decode,
+call the method the operation table names, and encode.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from relaykit.backends._base import PageTokenError, PushConfigStore, TaskQuery
 from relaykit.backends.memory import MemoryPushConfigStore
 from relaykit.server._context import CallContext
 from relaykit.server._engine import StreamItem, TaskEngine
+from relaykit.server._modes import InputModes
 from relaykit.server._quotas import QuotaLedger, Quotas, QuotaStore, exhausted
 from relaykit.telemetry._seam import Telemetry
 
@@ -160,6 +162,11 @@ class RequestHandler:
         self.extended = bool(caps.extended_agent_card)
         self.supported_extensions = frozenset(ext.uri for ext in caps.extensions if ext.uri)
         self.required_extensions = frozenset(ext.uri for ext in caps.extensions if ext.required and ext.uri)
+        # The media types a message's parts may have, compiled once from the cards; None (nothing declared, or
+        # everything accepted) costs the sends nothing but this attribute's test. An extended card given by a
+        # provider function is not known until a call, so only a fixed one adds its modes.
+        cards = (card, extended_card) if isinstance(extended_card, AgentCard) else (card,)
+        self.input_modes: InputModes | None = InputModes.of(*cards)
 
     # --- per-request checks ------------------------------------------------------------------------------
 
@@ -271,6 +278,8 @@ class RequestHandler:
 
     async def send_message(self, request: SendMessageRequest, call: CallContext) -> SendMessageResponse | Encoded:
         """SendMessage."""
+        if self.input_modes is not None:
+            self.input_modes.check(request.message.parts)  # before anything is stored, follow-ups included
         config = request.configuration
         if config is not None and config.task_push_notification_config is not None:
             await self._check_inline_push(request, call)
@@ -289,6 +298,8 @@ class RequestHandler:
     async def send_streaming_message(self, request: SendMessageRequest, call: CallContext) -> AsyncIterator[StreamItem]:
         """SendStreamingMessage: (seq, event, encoded StreamResponse) items."""
         self._require_streaming()
+        if self.input_modes is not None:
+            self.input_modes.check(request.message.parts)
         await self._check_inline_push(request, call)
         hold = await self.quotas.open_stream(call.user)
         items: AsyncIterator[StreamItem] = self.engine.stream(request, call)
