@@ -19,9 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from relaykit import agent
+import pytest
+
+from relaykit import AgentExecutor, RequestContext, TaskUpdater, agent
+from relaykit.server import EventQueue
 from relaykit.testing import InProcessClient
 from relaykit.testing._inprocess import build_app
+from relaykit.types import Artifact, Part, Task, TaskState, TaskStatus
 
 SIZES = (10_000, 20_000, 40_000, 80_000)
 MAX_EXPONENT = 1.3
@@ -86,3 +90,53 @@ async def test_artifact_bytes_are_capped(tmp_path: Path) -> None:
     assert task.status.state.name == "FAILED"
     assert task.status.message is not None
     assert "limit of 100000 bytes" in task.status.message.parts[0].text
+
+
+class Growing(AgentExecutor):
+    """Each message adds a new ~40 kB artifact, then asks for more (the task stays open for follow-ups)."""
+
+    async def execute(self, context: RequestContext, queue: EventQueue) -> None:
+        updater = TaskUpdater(queue, context)
+        await updater.artifact("x" * 40_000)
+        await updater.requires_input("more?")
+
+
+class Replacing(AgentExecutor):
+    """Publishes whole Task objects (not artifact events) carrying ever more artifacts, then asks for more."""
+
+    async def execute(self, context: RequestContext, queue: EventQueue) -> None:
+        task = context.task
+        artifacts = list(task.artifacts) if task is not None else []
+        artifacts.append(Artifact(artifact_id=f"a{len(artifacts)}", parts=[Part(text="y" * 40_000)]))
+        status = TaskStatus(state=TaskState.INPUT_REQUIRED)
+        await queue.enqueue_event(
+            Task(id=context.task_id, context_id=context.context_id, status=status, artifacts=artifacts)
+        )
+
+
+@pytest.mark.parametrize("executor", [Growing, Replacing])
+async def test_artifact_bytes_are_capped_across_follow_ups(executor: type[AgentExecutor]) -> None:
+    """``max_artifact_bytes`` bounds the task's artifacts, not each execution's: follow-ups that each add 40 kB fail
+    the task once it holds more than 100 kB (before, every follow-up started counting from zero, so a task grew
+    without bound one message at a time)."""
+    app = build_app(executor, store="memory", max_artifact_bytes=100_000)
+    async with InProcessClient(app) as client:
+        task = await client.send("1")
+        assert isinstance(task, Task)
+        states = [task.status.state]
+        while task.status.state is TaskState.INPUT_REQUIRED and len(states) < 5:
+            task = await client.send("more", task_id=task.id)
+            assert isinstance(task, Task)
+            states.append(task.status.state)
+    # 40 kB, 80 kB, then the third would hold 120 kB.
+    assert states == [TaskState.INPUT_REQUIRED, TaskState.INPUT_REQUIRED, TaskState.FAILED]
+    failed = await _final(app, task.id)
+    assert failed.status.state is TaskState.FAILED
+    assert failed.status.message is not None
+    assert "limit of 100000 bytes" in failed.status.message.parts[0].text
+    assert sum(len(p.text or "") for a in failed.artifacts for p in a.parts) <= 120_000
+
+
+async def _final(app: Any, task_id: str) -> Task:
+    async with InProcessClient(app) as client:
+        return await client.get_task(task_id)

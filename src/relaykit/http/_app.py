@@ -509,7 +509,7 @@ def create_app(
 
     Limits: ``quotas`` (``relaykit.server.Quotas``-like, in ``relaykit.server._quotas``) bounds what one
     authenticated principal may take: executions, open streams, requests per second, push configs per task.
-    ``max_artifact_bytes`` bounds the artifacts an agent publishes on a live task (past it the task FAILS),
+    ``max_artifact_bytes`` bounds the artifacts a task holds over all its executions (past it the task FAILS),
     ``max_history_bytes`` the history (ProtoJSON bytes) follow-up messages grow a task to (past it a follow-up is
     refused with InvalidParams; start a new task in the same context); ``0`` turns either off. See docs/limits.md
     for every default.

@@ -163,7 +163,9 @@ class ActiveTask:
         self.dirty = False
         self.chunks_since_flush = 0
         self.chunk_bytes_since_flush = 0  # about what the chunks since the last write add to the task's JSON
-        self.artifact_bytes = 0  # about what this live task's executions published as artifacts (max_artifact_bytes)
+        # About the bytes of the task's artifacts (max_artifact_bytes): -1 until counted for a task read from the store
+        # (counted at its first artifact event: an execution that publishes none pays nothing).
+        self.artifact_bytes = 0 if record is None else -1
         self.last_flush = 0.0
         self.last_yield = 0.0
         # True while an event is applied to ``task`` but not yet published (its write may be in flight): a subscriber

@@ -64,15 +64,29 @@ _PART_OVERHEAD = 16  # JSON framing of one part: '{"text":""},'
 
 
 def _chunk_bytes(event: TaskArtifactUpdateEvent) -> int:
+    return _parts_bytes(event.artifact.parts)
+
+
+def _parts_bytes(parts: list[Part]) -> int:
+    """About the ProtoJSON bytes of ``parts``, without encoding them (paces checkpoints, counts max_artifact_bytes)."""
     size = 0
-    for part in event.artifact.parts:
+    for part in parts:
         if part.text is not None:
             size += len(part.text) + _PART_OVERHEAD
         elif part.raw is not None:
             size += len(part.raw) * 4 // 3 + _PART_OVERHEAD
+        elif part.url is not None:
+            size += len(part.url) + _PART_OVERHEAD  # a data: URL can be large
         else:
-            size += 64 + _PART_OVERHEAD  # url or data: a guess, only used to pace checkpoints
+            size += 64 + _PART_OVERHEAD  # data: a guess (measuring it would encode it a second time)
     return size
+
+
+def _stored_artifact_bytes(task: Task) -> int:
+    """About the bytes of the artifacts ``task`` already holds: what earlier executions published counts against
+    max_artifact_bytes too, so a task cannot grow past it one follow-up at a time. O(parts), once per execution that
+    publishes an artifact on a task read from the store."""
+    return sum(_parts_bytes(artifact.parts) for artifact in task.artifacts)
 
 
 def _agent_message(text: str, task_id: str, context_id: str) -> Message:
@@ -100,7 +114,7 @@ class Recorder:
     owes_push: Any
     checkpoint_chunks: int
     checkpoint_seconds: float
-    max_artifact_bytes: int  # artifact bytes a live task may publish (0: no limit); past it the task FAILS
+    max_artifact_bytes: int  # artifact bytes a task may hold over all its executions (0: no limit); past it, FAILED
     _sync_store: bool
     _local_bus: LocalEventBus | None  # the bus, when it is the in-process one (appended to directly)
     registry: dict[str, ActiveTask]  # the tasks this process runs
@@ -154,6 +168,8 @@ class Recorder:
                     f"event for task {event_task_id!r} published while executing task {active.task_id!r}"
                 )
             if active.record is None:
+                if type(event) is not TaskArtifactUpdateEvent and isinstance(event, Task) and event.artifacts:
+                    self._count_artifacts(active, event)
                 await self._create(active, pending, event)
                 if type(event) is not TaskArtifactUpdateEvent and isinstance(event, Task):
                     return
@@ -163,6 +179,8 @@ class Recorder:
                 type(event) is not TaskStatusUpdateEvent and isinstance(event, TaskArtifactUpdateEvent)
             ):
                 size = _chunk_bytes(event)
+                if active.artifact_bytes < 0:  # a task read from the store: count what it already holds
+                    active.artifact_bytes = _stored_artifact_bytes(task)
                 active.artifact_bytes += size
                 if self.max_artifact_bytes and active.artifact_bytes > self.max_artifact_bytes:
                     raise ArtifactTooLargeError(
@@ -196,6 +214,7 @@ class Recorder:
                 apply(task, event)
                 await self._emit(active, event, None, persist=True)
             else:  # a Task object replacing the snapshot
+                self._count_artifacts(active, event)
                 if event.status.timestamp is None or event.status.state is not task.status.state:
                     event.status.timestamp = utc_now()
                 apply(task, event)
@@ -206,6 +225,15 @@ class Recorder:
         except InvalidAgentResponseError as exc:
             active.agent_error = exc
             raise
+
+    def _count_artifacts(self, active: ActiveTask, task: Task) -> None:
+        """A Task the agent published carries artifacts: they replace the task's, and count as its artifact bytes."""
+        active.artifact_bytes = _stored_artifact_bytes(task)
+        if self.max_artifact_bytes and active.artifact_bytes > self.max_artifact_bytes:
+            raise ArtifactTooLargeError(
+                f"The agent's artifacts exceeded the server's limit of {self.max_artifact_bytes} bytes.",
+                task_id=active.task_id,
+            )
 
     async def _create(self, active: ActiveTask, pending: PendingRequest, event: Event | None) -> None:
         message = pending.message
