@@ -727,3 +727,81 @@ async def test_a_holder_whose_lease_is_taken_over_stops_delivering(postgres_url:
 async def holder_of_stream(postgres_url: str, namespace: str) -> str | None:
     async with outbox_on(postgres_url, namespace) as box:
         return await box.holder(STREAM)
+
+
+# --- a lease goes with its holder's results ---------------------------------------------------------------------
+
+
+async def test_a_lease_is_given_back_only_with_its_holders_results(postgres_url: str, pg_namespace: str) -> None:
+    """Replica a delivers a stream's one notification and its runner ends while the commit of that delivery is held
+    back (a hook on a's outbox commit). Replica b, started then, reads the notification as pending and waits for the
+    stream: its claim is refused until a's results are committed, and then it finds nothing left to deliver. (A lease
+    given back before its results, as it was, let b claim the stream at once and deliver the notification again.)"""
+    await _seed(postgres_url, pg_namespace, ["e1"])
+    delivered: list[tuple[str, str]] = []  # (replica, event id)
+    committing = asyncio.Event()  # a's commit of the delivery started ...
+    go = asyncio.Event()  # ... and may go on
+    claims: list[bool] = []  # b's claims of the stream, in order
+    b_claimed = asyncio.Event()
+    answer = asyncio.Event()  # a's receiver answers once the test holds a's runner
+
+    def transport(replica: str) -> httpx.MockTransport:
+        async def handle(request: httpx.Request) -> httpx.Response:
+            if replica == "a":
+                await answer.wait()
+            delivered.append((replica, request.headers["x-relaykit-event-id"]))
+            return httpx.Response(200, stream=httpx.ByteStream(b""))
+
+        return httpx.MockTransport(handle)
+
+    async def replica(stack: contextlib.AsyncExitStack, name: str) -> tuple[PushSender, PostgresPushOutbox]:
+        configs = PostgresPushConfigStore(postgres_url, namespace=pg_namespace)
+        await configs.start()
+        stack.push_async_callback(configs.close)
+        client = httpx.AsyncClient(transport=transport(name))
+        stack.push_async_callback(client.aclose)
+        outbox = PostgresPushOutbox(postgres_url, namespace=pg_namespace)  # the default lease: nothing expires here
+        sender = PushSender(configs, outbox, http=client, worker=name)
+        return sender, outbox
+
+    async with contextlib.AsyncExitStack() as stack:
+        a, a_outbox = await replica(stack, "a")
+        commit = a_outbox.commit
+
+        async def held_commit(changes: OutboxChanges) -> None:
+            if changes.delivered:
+                committing.set()
+                await go.wait()
+            await commit(changes)
+
+        a_outbox.commit = held_commit  # type: ignore[method-assign]
+        await a.start()
+        stack.push_async_callback(a.stop)
+        runner = a._streams[STREAM].runner  # its request waits for ``answer``
+        assert runner is not None
+        answer.set()
+        await asyncio.wait_for(runner, WAIT)  # a delivered e1 and its runner ended ...
+        await asyncio.wait_for(committing.wait(), WAIT)  # ... the commit of that delivery waits
+        assert delivered == [("a", "e1")]
+
+        b, b_outbox = await replica(stack, "b")
+        claim = b_outbox.claim
+
+        async def watched_claim(stream: StreamKey, worker: str) -> bool:
+            won = await claim(stream, worker)
+            claims.append(won)
+            b_claimed.set()
+            return won
+
+        b_outbox.claim = watched_claim  # type: ignore[method-assign]
+        await b.start()  # reads e1 as pending (a's delivery is not committed): its runner goes for the stream
+        stack.push_async_callback(b.stop)
+        await asyncio.wait_for(b_claimed.wait(), WAIT)
+        go.set()
+        await asyncio.wait_for(a.drained(), WAIT)
+        await asyncio.wait_for(b.drained(), WAIT)  # b's runner got the stream once a's results were in, then ended
+        left = await b_outbox.pending()
+    assert claims[0] is False  # a's lease outlived its uncommitted results
+    assert claims[-1] is True
+    assert delivered == [("a", "e1")]  # delivered once
+    assert left == []

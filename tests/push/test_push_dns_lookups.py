@@ -1,43 +1,58 @@
-"""The config-time DNS lookups of the SSRF guard cannot tie up the resolver threads, and are never made for a task the
-caller cannot see.
+"""The SSRF guard's DNS lookups cannot tie up the resolver threads, and are never made for a task the caller cannot
+see.
 
-A lookup runs on a resolver thread (the loop's default executor here; libuv's pool of 4 under uvloop) until the
-system resolver answers: the check's timeout ends the wait, not the thread. Names whose DNS answers slowly took every
-thread (6 here, 20 checks), and a delivery-time lookup then timed out behind them. Now at most ``MAX_LOOKUPS`` run;
-a check whose lookup cannot start in time is refused as retryable. And a follow-up carrying an inline push config
-for a task that is not the caller's answers TaskNotFound before its webhook host is looked up.
+A lookup holds a thread until the system resolver answers: a timeout ends the wait, not the thread. Config-time
+checks: names whose DNS answers slowly took every thread of the loop's default executor (6 here, 20 checks), and a
+delivery-time lookup then timed out behind them. Now at most ``MAX_LOOKUPS`` run; a check whose lookup cannot start in
+time is refused as retryable. Deliveries: each attempt's lookup ran on the default executor too, unbounded, so slow
+names took all of its threads (what ``asyncio.to_thread`` and every other lookup need), and each retry looked the
+name up again. Now at most ``DELIVERY_LOOKUPS`` run, on threads of their own; a delivery whose lookup cannot start is
+put off, never dropped, callers share a running lookup, and an answer is kept 30 s (the SSRF check still applied to it
+on every use). And a follow-up carrying an inline push config for a task that is not the caller's answers
+TaskNotFound before its webhook host is looked up.
 
-No name leaves the process: ``socket.getaddrinfo`` (what the asyncio loop's resolver threads call) is replaced by
-``FakeDNS`` for each test.
+No name leaves the process: ``socket.getaddrinfo`` (what the resolver threads call) is replaced by ``FakeDNS`` for
+each test.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
+from push_helpers import serving
+from support.asgi import lifespan, read_body, respond
+from support.servers import HOST
 
 from relaykit import agent
 from relaykit._errors import ResourceExhaustedError
+from relaykit.backends._base import OutboxChanges
+from relaykit.backends.memory import MemoryPushConfigStore
 from relaykit.http._app import create_app
-from relaykit.push import WebhookGuard
-from relaykit.push._ssrf import MAX_LOOKUPS
+from relaykit.push import DeliveryPolicy, MemoryPushOutbox, OutboxEntry, PushSender, WebhookGuard
+from relaykit.push._ssrf import DELIVERY_LOOKUPS, MAX_LOOKUPS
 from relaykit.testing import StreamingASGITransport
+from relaykit.types import TaskPushNotificationConfig
 
 WAIT = 5.0
 PUBLIC = "93.184.215.14"  # what the fake resolver answers for *.fast.test (never connected to)
+PRIVATE = "10.1.2.3"  # ... for *.private.test
 
 
 class FakeDNS:
     """``socket.getaddrinfo`` for the resolver threads: ``*.slow.test`` blocks its thread until ``release`` (counting
-    the threads held at once), ``*.fast.test`` answers a public address at once; every name asked is recorded.
-    Anything else fails as an unknown name (IP literals, which never reach a resolver thread, excepted)."""
+    the threads held at once) and then fails, ``*.late.test`` blocks the same way and then answers 127.0.0.1 (at once
+    after ``release``), ``*.fast.test`` answers a public address at once, ``*.private.test`` a private one; every
+    name asked is recorded. IP literals are answered as themselves; anything else fails as an unknown name."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
@@ -46,22 +61,34 @@ class FakeDNS:
         self.peak = 0
         self._lock = threading.Lock()
 
+    def _block(self) -> None:
+        with self._lock:
+            self.held += 1
+            self.peak = max(self.peak, self.held)
+        try:
+            self.release.wait(WAIT)
+        finally:
+            with self._lock:
+                self.held -= 1
+
     def __call__(self, host: Any, port: Any, *args: Any, **kwargs: Any) -> list[Any]:
         name = host.decode() if isinstance(host, bytes) else str(host)
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            pass
+        else:
+            return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (name, int(port or 0)))]
         with self._lock:
             self.names.append(name)
+        answer = {".fast.test": PUBLIC, ".private.test": PRIVATE, ".late.test": HOST}
+        if name.endswith((".slow.test", ".late.test")) and not self.release.is_set():
+            self._block()
         if name.endswith(".slow.test"):
-            with self._lock:
-                self.held += 1
-                self.peak = max(self.peak, self.held)
-            try:
-                self.release.wait(WAIT)
-            finally:
-                with self._lock:
-                    self.held -= 1
             raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
-        if name.endswith(".fast.test"):
-            return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (PUBLIC, int(port or 0)))]
+        for suffix, address in answer.items():
+            if name.endswith(suffix):
+                return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, int(port or 0)))]
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
 
@@ -91,13 +118,93 @@ async def test_config_time_lookups_hold_at_most_their_bound_of_threads(dns: Fake
     # Delivery-time lookups still get a thread.
     addresses = await asyncio.wait_for(guard.connect_addresses("hooks.fast.test", 443, timeout=1.0), WAIT)
     assert addresses == [PUBLIC]
-    # While the stuck lookups hold their places, a config-time check is refused, not queued behind them.
+    # While the stuck lookups hold their places, a config-time check is refused, not queued behind them (a name
+    # not looked up yet: the answer for hooks.fast.test is kept, and a kept answer needs no place).
     with pytest.raises(ResourceExhaustedError):
-        await asyncio.wait_for(guard.check_config("https://hooks.fast.test/hook", "url"), WAIT)
+        await asyncio.wait_for(guard.check_config("https://other.fast.test/hook", "url"), WAIT)
 
     # Once the resolver answers them, their places are free again.
     dns.release.set()
-    await asyncio.wait_for(guard.check_config("https://hooks.fast.test/hook", "url"), WAIT)
+    await asyncio.wait_for(guard.check_config("https://other.fast.test/hook", "url"), WAIT)
+
+
+async def _until(probe: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not probe():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting until {what}")
+        await asyncio.sleep(0.01)
+
+
+async def test_delivery_lookups_hold_at_most_their_bound_of_threads_and_every_notification_arrives(
+    dns: FakeDNS,
+) -> None:
+    """10 webhooks on names whose DNS hangs: at most ``DELIVERY_LOOKUPS`` lookups run, on threads of their own (the
+    loop's default executor stays free), the deliveries that cannot get a lookup are put off, not dropped, and once
+    the resolver answers every notification arrives, each name looked up once (retries share the running lookup,
+    then the kept answer)."""
+    names = [f"h{i}.late.test" for i in range(10)]
+    arrived: set[str] = set()
+    everyone = asyncio.Event()
+
+    async def receiver(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        await read_body(receive)
+        arrived.add(scope["path"])
+        if len(arrived) == len(names):
+            everyone.set()
+        await respond(send, 200, b"")
+
+    async with serving(receiver) as base:
+        port = int(base.rsplit(":", 1)[1])
+        configs, outbox = MemoryPushConfigStore(), MemoryPushOutbox()
+        entries = []
+        for i, name in enumerate(names):
+            await configs.put(TaskPushNotificationConfig(task_id=f"t{i}", id="c", url=f"http://{name}:{port}/n{i}"))
+            entries.append(OutboxEntry(f"e{i}", f"t{i}", "c", 1, b"{}", created_at=time.time()))
+        await outbox.commit(OutboxChanges(added=entries))
+        guard = WebhookGuard((HOST,), lookup_timeout=0.2)
+        policy = DeliveryPolicy(backoff=0.05, max_backoff=0.2, max_attempts=1000, suspend_after=0)
+        sender = PushSender(configs, outbox, guard=guard, policy=policy)
+        await sender.start()
+        try:
+            await _until(lambda: dns.held >= DELIVERY_LOOKUPS, "the lookups hang")
+            # Everything else that needs the loop's default executor still gets a thread at once.
+            loop = asyncio.get_running_loop()
+            assert await asyncio.wait_for(loop.run_in_executor(None, int), 1.0) == 0
+            dns.release.set()
+            await asyncio.wait_for(everyone.wait(), WAIT)
+            await asyncio.wait_for(sender.drained(), WAIT)
+            dead = [e for i in range(len(names)) for e in await outbox.dead_letters(f"t{i}")]
+        finally:
+            await sender.stop(drain=0)
+    assert dns.peak == DELIVERY_LOOKUPS
+    assert dead == []
+    assert sorted(dns.names) == sorted(names)
+
+
+async def test_an_answer_is_kept_briefly_and_still_checked_on_every_use(dns: FakeDNS) -> None:
+    guard = WebhookGuard()
+    many = [guard.connect_addresses("hooks.fast.test", 443) for _ in range(20)]
+    assert await asyncio.wait_for(asyncio.gather(*many), WAIT) == [[PUBLIC]] * 20
+    assert await asyncio.wait_for(guard.connect_addresses("hooks.fast.test", 8443), WAIT) == [PUBLIC]
+    assert dns.names == ["hooks.fast.test"]  # one lookup: the callers shared it, then its kept answer
+
+    # A kept answer is checked on every use: a private address stays refused, never named to the caller.
+    for _ in range(2):
+        with pytest.raises(httpcore.ConnectError, match="resolves to a private address") as refused:
+            await asyncio.wait_for(guard.connect_addresses("db.private.test", 443), WAIT)
+        assert PRIVATE not in str(refused.value)
+    assert dns.names.count("db.private.test") == 1
+
+    # ... for its ttl only.
+    brief = WebhookGuard(dns_ttl=0.05)
+    await asyncio.wait_for(brief.connect_addresses("ttl.fast.test", 443), WAIT)
+    await _until(lambda: brief.resolver.cached("ttl.fast.test") is None, "the answer expires")
+    await asyncio.wait_for(brief.connect_addresses("ttl.fast.test", 443), WAIT)
+    assert dns.names.count("ttl.fast.test") == 2
 
 
 @agent

@@ -80,3 +80,35 @@ async def test_pending_entries_survive_a_reopen(tmp_path: Path) -> None:
     ]
     assert pending[0].body == b'{"task":{}}'
     assert [e.traceparent for e in pending] == ["00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", ""]
+
+
+async def test_owed_markers_by_age_on_the_partial_index(tmp_path: Path) -> None:
+    """On start every marker is recovered (``age`` 0); the sweep of a live process asks for those written at least
+    ``age`` ago (a younger one may be in flight: its hook is about to commit it), on the index of the marked rows
+    alone, so a sweep with nothing to do reads no task row."""
+    tasks = SQLiteTaskStore(str(tmp_path / "owed.db"))
+    outbox = SQLitePushOutbox(tasks)
+    await tasks.start()
+    await outbox.start()
+    try:
+        for task_id in ("old", "new"):
+            record = TaskRecord(Task(id=task_id, context_id="c", status=TaskStatus(state=TaskState.COMPLETED)))
+            record.event_seq = record.push_owed = 2
+            await tasks.save(record)
+        await tasks.save(TaskRecord(Task(id="none", context_id="c", status=TaskStatus(state=TaskState.WORKING))))
+
+        def age_old(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE relaykit_tasks SET push_owed_at = push_owed_at - 60 WHERE id = 'old'")
+
+        await tasks._db.run(age_old)  # as if written a minute ago
+        assert sorted(r.task.id for r in await outbox.owed(0.0)) == ["new", "old"]
+        assert [(r.task.id, r.push_owed) for r in await outbox.owed(30.0)] == [("old", 2)]
+
+        def plan(conn: sqlite3.Connection) -> str:
+            rows = conn.execute(f"EXPLAIN QUERY PLAN {outbox._sql_owed_before}", (0, 10)).fetchall()
+            return " | ".join(str(row[3]) for row in rows)
+
+        assert "USING INDEX relaykit_tasks_owed" in await tasks._db.run(plan)
+    finally:
+        await outbox.close()
+        await tasks.close()

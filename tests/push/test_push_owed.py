@@ -18,7 +18,7 @@ import httpx
 import pytest
 from push_helpers import A2A, serving
 
-from relaykit import StreamResponse, agent
+from relaykit import StreamResponse, TaskState, agent
 from relaykit.backends.sqlite import SQLiteTaskStore
 from relaykit.http import create_app
 from relaykit.push import DeliveryPolicy, WebhookReceiver
@@ -131,3 +131,44 @@ async def test_only_a_task_with_push_configs_pays_for_its_owed_marker(app: tuple
     assert _push_free(cheapest_before), cheapest_before
     assert len(cheapest_after) == len(cheapest_before), (cheapest_before, cheapest_after)
     assert _push_free(cheapest_after), cheapest_after
+
+
+async def test_sqlite_a_marker_a_failed_hook_left_is_pushed_by_the_sweep(tmp_path: Path) -> None:
+    """The push hook fails for a task's COMPLETED (the store is written, the outbox never gets the notification):
+    the marker stays, and the sweep of the running process (every 0.1 s here, instead of its 10 s) turns it into a
+    ``{"task": ...}`` snapshot the webhook receives, with no restart. Before, only the next start recovered it."""
+    made = create_app(echo, store=f"sqlite:///{tmp_path / 'sweep.db'}", push_allow=("127.0.0.1",), push_policy=FAST)
+    sender = made.state.relaykit.push_sender
+    sender.sweep_every = 0.1
+    hook = sender.on_event
+    failed = asyncio.Event()
+
+    async def failing(active: Any, seq: int, event: Any, data: bytes) -> None:
+        status = getattr(event, "status", None)
+        if status is not None and status.state.is_terminal and not failed.is_set():
+            failed.set()
+            raise RuntimeError("the push hook failed")  # the engine logs it; the COMPLETED marker is not settled
+        await hook(active, seq, event, data)
+
+    sender.on_event = failing
+    told: list[StreamResponse] = []
+    completed = asyncio.Event()
+
+    def collect(event: StreamResponse) -> None:
+        told.append(event)
+        if event.task is not None and event.task.status.state.is_terminal:
+            completed.set()
+
+    async with serving(WebhookReceiver(collect)) as hook_url, serving(made) as base, httpx.AsyncClient(timeout=10) as c:
+        await made.state.relaykit.start()
+        await _message(c, base, "swept", [], push={"id": "hook", "url": hook_url})
+        assert failed.is_set()
+        await asyncio.wait_for(completed.wait(), WAIT)
+        await asyncio.wait_for(sender.drained(), WAIT)
+        store = made.state.relaykit.engine.store
+        markers = await store._db.run(lambda conn: conn.execute("SELECT push_owed FROM relaykit_tasks").fetchall())
+    snapshot = told[-1].task
+    assert snapshot is not None
+    assert snapshot.status.state is TaskState.COMPLETED
+    assert snapshot.artifacts[0].parts[0].text == "swept"
+    assert markers == [(None,)]  # cleared with the snapshot's commit

@@ -8,6 +8,7 @@ wait is bounded (``asyncio.wait_for``) and on an event the servers set, never a 
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -151,6 +152,37 @@ async def test_a_tarpit_holds_only_its_destinations_share_and_other_webhooks_kee
             await sender.stop(drain=0)
 
 
+async def test_names_sharing_an_address_share_its_slots(
+    healthy: tuple[Healthy, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """16 configs point at one tarpit through 16 host names that all resolve to its address: keyed by name, each
+    got slots of its own and the tarpit held all 16 requests the sender may have in flight; keyed by the address
+    they resolve to, the names share its 8, and another receiver's notification arrives at once."""
+    real = socket.getaddrinfo
+
+    def resolve(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else str(host)
+        if name.endswith(".tarpit.test"):  # no name leaves the process
+            return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (HOST, int(port or 0)))]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    receiver, base = healthy
+    policy = DeliveryPolicy(timeout=TARPIT_TIMEOUT, concurrency=16, max_attempts=1, suspend_after=0)
+    async with Tarpit() as tarpit:
+        stuck = [("anonymous", f"http://n{i}.tarpit.test:{tarpit.port}/stuck") for i in range(16)]
+        sender, _ = await sender_with(policy, stuck, ("anonymous", f"{base}/fine"))
+        await sender.start()
+        try:
+            await tarpit.until_open(8)
+            started = time.monotonic()
+            await receiver.arrived("/fine", PROMPT)
+            assert time.monotonic() - started < PROMPT
+            assert tarpit.most == 8
+        finally:
+            await sender.stop(drain=0)
+
+
 async def test_one_owner_holds_only_its_share_with_per_owner(healthy: tuple[Healthy, str]) -> None:
     """One owner's configs point at two tarpits (two destinations: their 8 each would take all 16 slots); with
     ``per_owner=8`` it holds 8, and another owner's notification arrives at once."""
@@ -200,6 +232,8 @@ async def test_the_slot_tables_forget_destinations_and_owners_once_idle() -> Non
 
 def test_the_destination_is_host_and_port() -> None:
     assert destination("http://127.0.0.1:8080/a") != destination("http://127.0.0.1:8081/a")
+    assert destination("http://a.test:8080/", "192.0.2.1") == destination("http://b.test:8080/x", "192.0.2.1")
+    assert destination("http://a.test:8080/", "192.0.2.1") != destination("http://a.test:8081/", "192.0.2.1")
     assert destination("https://Hooks.Example.com/a2a?x=1") == destination("https://hooks.example.com:443/b")
     assert destination("http://[::1]/x") == "::1:80"
     assert destination("http://h:99999/x") == "h:80"  # no valid port: the request fails; counted under its host

@@ -408,7 +408,8 @@ class OutboxChanges:
 
     Applied in this order: ``discarded`` streams lose their pending entries, ``added`` entries are inserted,
     ``delivered`` entries removed, ``retried`` entries get their new attempt count / next attempt / error, ``dead``
-    entries become dead letters, ``outcomes`` update the health counters, and ``settled`` clear owed markers.
+    entries become dead letters, ``outcomes`` update the health counters, ``settled`` clear owed markers, and
+    ``released`` leases are given back.
     """
 
     added: list[OutboxEntry] = field(default_factory=list)
@@ -421,10 +422,22 @@ class OutboxChanges:
     # batch's entries (or were rightly not queued), so its owed marker (``TaskRecord.push_owed``) is cleared, in
     # this same transaction, unless a newer state's marker replaced it. Stores without markers ignore them.
     settled: list[tuple[str, str, str, int]] = field(default_factory=list)
+    # ``(stream, worker)``: stream leases given back in this same transaction, after the results above, so no other
+    # process can claim a stream while the results of its last holder are still uncommitted (it would deliver again
+    # what was delivered). Only for an outbox whose leases other processes see (it has ``lease_left``): the sender
+    # releases an in-process claim directly (``PushOutbox.release``), and such stores may ignore these.
+    released: list[tuple[StreamKey, str]] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(
-            self.added or self.delivered or self.retried or self.dead or self.discarded or self.outcomes or self.settled
+            self.added
+            or self.delivered
+            or self.retried
+            or self.dead
+            or self.discarded
+            or self.outcomes
+            or self.settled
+            or self.released
         )
 
 
@@ -440,6 +453,7 @@ class PushOutbox(Protocol):
     in-process; a store shared by several processes implements them as expiring lease rows, and then also
     ``lease_left(stream, worker) -> float``: the seconds its holder's lease is surely still valid (0 once lost), which
     the sender checks before, and bounds, every attempt (the embedded stores' leases cannot be lost: no such method).
+    Such a store's leases are given back by the commit of their holder's last results (``OutboxChanges.released``).
 
     Owed markers (``relaykit.push._owed``): an outbox that lives with a durable task store (the same SQLite file, the
     same PostgreSQL namespace) clears the markers of ``OutboxChanges.settled`` in its commit, and has

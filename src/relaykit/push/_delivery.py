@@ -4,19 +4,25 @@
 hook, fills it. Rules every line below keeps:
 
 * one runner per stream, and a store lease (``PushOutbox.claim``) per runner, so two deliveries of the same
-  (task, config) never overlap, on one replica or across replicas;
+  (task, config) never overlap, on one replica or across replicas; a lease other replicas see is given back in the
+  commit of its runner's last results (``OutboxWriter.release``), so the next holder never redelivers what the last
+  one delivered;
 * with leases that can be lost (an outbox shared by replicas has ``lease_left``), a runner attempts only while its
   lease is surely valid, and an attempt in flight is cut when that validity runs out; once the lease is lost
   (taken over) or ran out unrenewed, the runner stops and forgets its queue without writing anything: the entries
   stay in the outbox for the lease's next holder (the sweep of any replica, this one included, takes them up once
   no live lease covers them);
 * an attempt holds a slot of its destination, of its owner and of the total (``_slots``): a receiver that never
-  answers holds only its destination's share;
+  answers holds only its destination's share. The destination is the address the webhook's host resolves to, looked
+  up (``_resolver``: bounded, kept 30 s) and checked by the SSRF guard before the slots are taken; a lookup that
+  cannot start (this process's delivery lookups are all in progress) puts the entry off like a retry, without
+  counting an attempt (it is not the receiver's failure), and one that fails or is refused is a failed attempt;
 * an entry leaves its queue only as delivered, dead (``max_attempts``, ``max_age``, or its config suspended) or
   discarded (its config deleted); a retry waits ``DeliveryPolicy.delay`` (honouring ``Retry-After``);
 * every result goes through the write-behind batch (``OutboxWriter``), never straight to the store;
-* with an outbox shared by replicas, a sweep every third of the lease takes over the streams of a replica that died,
-  and the owed markers it left (``_owed``: states it stored whose notifications never reached the outbox).
+* a sweep (``_sweep_loop``) turns the owed markers a failed hook left (``_owed``: states stored whose notifications
+  never reached the outbox) into notifications while the process runs; with an outbox shared by replicas it runs
+  every third of the lease and also takes over the streams of a replica that died, and the markers it left.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpcore
 import httpx
 
 from relaykit._types import TaskPushNotificationConfig
@@ -38,8 +45,10 @@ from relaykit.push._config_cache import ConfigCache
 from relaykit.push._outbox import OutboxWriter
 from relaykit.push._owed import recover_owed
 from relaykit.push._policy import DeliveryPolicy
+from relaykit.push._resolver import LookupBusyError
 from relaykit.push._signing import PushSigner
 from relaykit.push._slots import DeliverySlots, destination
+from relaykit.push._ssrf import WebhookGuard, WebhookRefusedError
 from relaykit.push._suspend import Suspensions
 from relaykit.push._webhook import post_webhook, webhook_headers
 
@@ -47,17 +56,23 @@ __all__ = ["StreamDelivery"]
 
 log = logging.getLogger("relaykit.push")
 
+SWEEP_EVERY = 10.0  # seconds between sweeps of an outbox this process serves alone (SQLite): owed markers only
+
 
 class _Stream:
-    __slots__ = ("destination", "holder", "key", "queue", "runner", "url")
+    __slots__ = ("destination", "holder", "host", "key", "port", "queue", "runner", "url")
 
     def __init__(self, key: StreamKey) -> None:
         self.key = key
         self.queue: collections.deque[OutboxEntry] = collections.deque()
         self.runner: asyncio.Task[None] | None = None
         self.holder = ""  # the runner's lease holder id
-        self.url = ""  # the config's URL at the last attempt, and the destination it connects to
+        # The config's URL at the last attempt, its ``host:port`` (the slot key when no address is known), and the
+        # host and port it connects to (port 0: the URL cannot be split; its attempt fails on its own).
+        self.url = ""
         self.destination = ""
+        self.host = ""
+        self.port = 0
 
 
 class StreamDelivery:
@@ -66,12 +81,15 @@ class StreamDelivery:
     outbox: PushOutbox
     configs: ConfigCache
     policy: DeliveryPolicy
+    guard: WebhookGuard
     signer: PushSigner | None
     suspensions: Suspensions
     worker: str
     telemetry: Any
     flush_timeout: float
+    sweep_every: float | None  # seconds between sweeps (``_sweep_loop``); None: the default for the outbox
     _http: httpx.AsyncClient | None
+    _own_http: bool  # the sender's own client, which connects through the guard (else the caller's, which does not)
     _writer: OutboxWriter | None
     _streams: dict[StreamKey, _Stream]
     _slots: DeliverySlots
@@ -82,27 +100,37 @@ class StreamDelivery:
     _runner_ids: itertools.count[int]
 
     async def _sweep_loop(self) -> None:
-        """An outbox shared by replicas: take over the streams of a replica that died, within its lease time.
+        """Every ``sweep_every`` seconds: the owed markers older than a sweep's age become snapshot notifications
+        (``_owed``: states whose notifications never reached the outbox), and, with an outbox shared by replicas, the
+        streams of a replica that died are taken over.
 
-        Every third of the lease, the pending entries no live lease covers (older than one sweep period, so the
-        entries a live sender has just committed and is about to claim are left to it) join this sender's streams;
-        a stream it already runs is left alone. The runner's claim and ``still_pending`` settle any race. Before
-        that, the owed markers older than the lease become snapshot notifications (``_owed``).
+        Alone on the store (SQLite) a marker is a failed hook's (the process is alive: a dead one's are recovered on
+        start), and one older than a sweep period (10 s by default) is not in flight. Shared by replicas, the sweep
+        runs every third of the lease, and a marker must be older than the lease (its writer died, or could not
+        commit it in all that time); then the pending entries no live lease covers (older than one sweep period, so
+        the entries a live sender has just committed and is about to claim are left to it) join this sender's
+        streams; a stream it already runs is left alone. The runner's claim and ``still_pending`` settle any race.
+        Nothing to do costs one indexed query per kind.
         """
-        lease = float(getattr(self.outbox, "lease_ttl", 30.0))
-        period = max(0.2, lease / 3)
-        orphaned = self.outbox.orphaned  # type: ignore[attr-defined]
+        orphaned = getattr(self.outbox, "orphaned", None)
+        if orphaned is not None:
+            lease = float(getattr(self.outbox, "lease_ttl", 30.0))
+            period = self.sweep_every or max(0.2, lease / 3)
+            # A live writer commits a marker's notifications within milliseconds, or its flush timeout at worst.
+            age = lease
+        else:
+            period = age = self.sweep_every or SWEEP_EVERY
         while not await self._stop_within(period):
             writer = self._writer
             if writer is not None:
                 try:
-                    # A marker older than the lease: its writer died between the task's write and the outbox commit
-                    # (a live one commits within milliseconds, or within its flush timeout at worst).
                     await recover_owed(
-                        self.outbox, self.configs, writer, self.suspensions, age=lease, flush_timeout=self.flush_timeout
+                        self.outbox, self.configs, writer, self.suspensions, age=age, flush_timeout=self.flush_timeout
                     )
                 except Exception as exc:
                     log.warning("push outbox sweep (owed notifications) failed: %s", exc)
+            if orphaned is None:
+                continue
             try:
                 entries = await orphaned(time.time() - period)
             except Exception as exc:
@@ -151,7 +179,15 @@ class StreamDelivery:
         claimed = False
         try:
             while not await self.outbox.claim(key, holder):
-                if await self._stop_within(0.2):
+                writer = self._writer
+                if writer is not None and writer.releasing(key):
+                    # The stream's previous runner here gives its lease back with the commit of its results: wait
+                    # for that commit rather than for the next round.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(writer.flush()), self.flush_timeout)
+                    if self._stopping.is_set():
+                        return
+                elif await self._stop_within(0.2):
                     return
             claimed = True
             still_pending = getattr(self.outbox, "still_pending", None)
@@ -177,8 +213,15 @@ class StreamDelivery:
             if not self._streams:
                 self._idle.set()
             if claimed:
-                with contextlib.suppress(Exception):
-                    await self.outbox.release(key, holder)
+                writer = self._writer
+                if self._lease_left is not None and writer is not None:
+                    # A lease other replicas see goes with the commit of this runner's results, not before it: given
+                    # back first, another replica's sweep (or its runner waiting for the stream) could claim the
+                    # stream and deliver again what this runner delivered but had not committed yet (``_outbox``).
+                    writer.release(key, holder)
+                else:
+                    with contextlib.suppress(Exception):
+                        await self.outbox.release(key, holder)
 
     async def _step(self, stream: _Stream) -> bool:
         """Deliver (or give up on) the head of the stream once; ``False`` to stop the runner."""
@@ -210,24 +253,38 @@ class StreamDelivery:
         if stream.url != config.url:
             stream.url = config.url
             stream.destination = destination(config.url)
-        async with self._slots.hold(stream.destination, (key[0], key[1])):
-            if lease_left is None:
-                ok, error, retry_after = await self._attempt(entry, config)
-            else:
-                # Checked again: waiting for a slot may have taken long. The attempt may last only as long as the
-                # lease surely does (renewal failing: the database is away), so no request of this runner is in
-                # flight once another replica can take the stream over.
-                left = lease_left(key, stream.holder)
-                if left <= 0:
-                    return self._lease_lost(stream)
-                cut = asyncio.timeout(left)
-                try:
-                    async with cut:
-                        ok, error, retry_after = await self._attempt(entry, config)
-                except TimeoutError:
-                    if not cut.expired():
-                        raise
-                    return self._lease_lost(stream)  # not an attempt the receiver failed: nothing is counted
+            try:
+                stream.host, stream.port = self.guard.split(config.url)
+            except WebhookRefusedError:
+                stream.host, stream.port = "", 0
+        try:
+            where = await self._destination(stream)
+        except LookupBusyError as exc:
+            return self._put_off(entry, str(exc))
+        except httpcore.ConnectError as exc:
+            # Refused by the SSRF guard, or not resolved: the attempt fails as its connect would have.
+            if lease_left is not None and lease_left(key, stream.holder) <= 0:
+                return self._lease_lost(stream)
+            ok, error, retry_after = False, f"ConnectError: {exc}"[:500], None
+        else:
+            async with self._slots.hold(where, (key[0], key[1])):
+                if lease_left is None:
+                    ok, error, retry_after = await self._attempt(entry, config)
+                else:
+                    # Checked again: waiting for a slot may have taken long. The attempt may last only as long as
+                    # the lease surely does (renewal failing: the database is away), so no request of this runner
+                    # is in flight once another replica can take the stream over.
+                    left = lease_left(key, stream.holder)
+                    if left <= 0:
+                        return self._lease_lost(stream)
+                    cut = asyncio.timeout(left)
+                    try:
+                        async with cut:
+                            ok, error, retry_after = await self._attempt(entry, config)
+                    except TimeoutError:
+                        if not cut.expired():
+                            raise
+                        return self._lease_lost(stream)  # not an attempt the receiver failed: nothing is counted
         now = time.time()
         entry.attempts += 1
         if not stream.queue or stream.queue[0] is not entry:
@@ -265,6 +322,23 @@ class StreamDelivery:
         if tel is not None:
             tel.push_outcome("retried")
         return not self._stopping.is_set()
+
+    async def _destination(self, stream: _Stream) -> str:
+        """The slot key of the stream's destination (``_slots``): the first address its host resolves to, checked
+        by the SSRF guard (the address the connection goes to first; the answer is kept, so the connect finds it),
+        or its ``host:port`` when the sender's client does not connect through the guard."""
+        if not self._own_http or not stream.port:
+            return stream.destination
+        addresses = await self.guard.connect_addresses(stream.host, stream.port)
+        return destination(stream.url, addresses[0])
+
+    def _put_off(self, entry: OutboxEntry, error: str) -> bool:
+        """The entry's lookup could not start: this process's delivery lookups are all in progress (``_resolver``).
+        Not the receiver's failure, so no attempt is counted (nor a failure toward its suspension): the entry waits
+        as a retry would, and goes on until it is delivered or too old (``max_age``)."""
+        entry.last_error = error
+        entry.next_attempt_at = time.time() + self.policy.delay(entry.attempts + 1)
+        return True
 
     async def _attempt(self, entry: OutboxEntry, config: TaskPushNotificationConfig) -> tuple[bool, str, float | None]:
         try:

@@ -17,7 +17,11 @@ Which writes wait, and for how long:
 * a task state's owed marker (``push._owed``) is cleared in the commit of the batch that holds that state's entries,
   never before: ``settle`` is called after those ``add`` calls, into the same buffer;
 * acknowledgements, retry bookkeeping and health counters are lazy: they ride with the next batch, or go out after
-  ``lazy_delay`` (50 ms). Losing one in a crash means a redelivery (at-least-once), never a loss.
+  ``lazy_delay`` (50 ms). Losing one in a crash means a redelivery (at-least-once), never a loss;
+* a stream lease other processes see (PostgreSQL) is given back in the commit that holds its holder's last results
+  (``release``), never before it: another replica claims the stream only once those results are committed, so it
+  does not deliver again what was delivered. A release is committed at once (not lazily): the next runner of the
+  stream, in this process too, waits for it.
 """
 
 from __future__ import annotations
@@ -80,6 +84,7 @@ def _merge(first: OutboxChanges, then: OutboxChanges) -> OutboxChanges:
         discarded=first.discarded + then.discarded,
         outcomes=first.outcomes + then.outcomes,
         settled=first.settled + then.settled,
+        released=first.released + then.released,
     )
 
 
@@ -104,6 +109,7 @@ class OutboxWriter:
         self._buffer = OutboxChanges()
         self._waiters: list[asyncio.Future[None]] = []  # resolved when the current buffer is committed
         self._inflight: list[asyncio.Future[None]] | None = None  # ... when the batch being committed is
+        self._committing: OutboxChanges | None = None  # the batch being committed
         self._wake = asyncio.Event()
         self._urgent = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -151,6 +157,16 @@ class OutboxWriter:
         before this call (or rightly not queued), so its owed marker goes with their commit (``push._owed``)."""
         self._buffer.settled.append(task)
         self._kick(False)
+
+    def release(self, stream: StreamKey, worker: str) -> None:
+        """Give ``worker``'s lease on ``stream`` back with the commit of what is buffered now (its results), at once."""
+        self._buffer.released.append((stream, worker))
+        self._kick(True)
+
+    def releasing(self, stream: StreamKey) -> bool:
+        """Whether a lease on ``stream`` is waiting to be given back (``flush`` returns once it is)."""
+        batches = (self._buffer, self._committing) if self._committing is not None else (self._buffer,)
+        return any(released == stream for batch in batches for released, _ in batch.released)
 
     def discard(self, stream: StreamKey) -> None:
         """Drop every pending entry of ``stream`` (its config was deleted)."""
@@ -212,6 +228,7 @@ class OutboxWriter:
                 changes, self._buffer = self._buffer, OutboxChanges()
                 waiters, self._waiters = self._waiters, []
                 self._inflight = waiters
+                self._committing = changes
                 try:
                     await self.outbox.commit(changes)
                 except Exception:
@@ -219,10 +236,12 @@ class OutboxWriter:
                     self._buffer = _merge(changes, self._buffer)
                     self._waiters = waiters + self._waiters
                     self._inflight = None
+                    self._committing = None
                     await asyncio.sleep(self.retry_delay)
                     self._kick(True)
                     continue
                 self._inflight = None
+                self._committing = None
                 self.commits += 1
                 if changes.added:
                     try:
@@ -233,6 +252,7 @@ class OutboxWriter:
                     if not fut.done():
                         fut.set_result(None)
         finally:
+            self._committing = None
             # Stopped: nobody may be left waiting for a commit that will not happen in this process.
             for fut in [*(self._inflight or ()), *self._waiters]:
                 if not fut.done():

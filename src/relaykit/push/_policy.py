@@ -20,9 +20,10 @@ class DeliveryPolicy:
     ``min(max_backoff, backoff * 2**(n-1))`` seconds, minus up to ``jitter`` of it at random (and at least a
     ``Retry-After`` the receiver asked for, up to ``max_backoff``). An entry is given up on (dead letter) after
     ``max_attempts`` attempts, or once it is ``max_age`` seconds old. ``concurrency``: requests in flight at once;
-    ``per_destination``: of those, to one ``host:port`` at most (a receiver that never answers holds only its own
-    share); ``per_owner``: to the webhooks of one (tenant, owner) at most (``0``: no such bound; everything is one
-    owner on a server without authentication) (``relaykit.push._slots``).
+    ``per_destination``: of those, to one ``address:port`` at most (the address the webhook's host resolves to; a
+    receiver that never answers holds only its own share, however many names point at it); ``per_owner``: to the
+    webhooks of one (tenant, owner) at most (``0``: no such bound; everything is one owner on a server without
+    authentication) (``relaykit.push._slots``).
     A config is suspended after ``suspend_after`` failed deliveries in a row spanning at least ``suspend_seconds``
     (``relaykit.push._suspend``; ``suspend_after=0`` never suspends).
 

@@ -9,11 +9,12 @@ stream's queue (one stream per (task, config)), and one runner per stream delive
 ``Authorization: <scheme> <credentials>`` and ``X-A2A-Notification-Token: <token>`` from the config,
 ``X-Relaykit-Event-Id`` (stable per notification) and, with a signing key, ``X-A2A-Signature``.
 
-At most ``DeliveryPolicy.concurrency`` requests are in flight, ``per_destination`` of them to one ``host:port``
-(and ``per_owner`` to one owner's webhooks, when set): a receiver that never answers holds only its share
-(``_slots``). A 2xx removes the entry; anything else (or a timeout, default 10 s for the whole request) is retried
-with exponential backoff and jitter, honouring ``Retry-After``, until ``max_attempts`` attempts or ``max_age`` seconds,
-and then the entry becomes a dead letter; a config whose receiver keeps failing is suspended (``_suspend``).
+At most ``DeliveryPolicy.concurrency`` requests are in flight, ``per_destination`` of them to one ``address:port``
+(the address the webhook's host resolves to: names sharing an address share its slots), and ``per_owner`` to one
+owner's webhooks, when set: a receiver that never answers holds only its share (``_slots``). A 2xx removes the
+entry; anything else (or a timeout, default 10 s for the whole request) is retried with exponential backoff and
+jitter, honouring ``Retry-After``, until ``max_attempts`` attempts or ``max_age`` seconds, and then the entry becomes
+a dead letter; a config whose receiver keeps failing is suspended (``_suspend``).
 Redirects are not followed. The SSRF guard runs again at connect time.
 A restart resumes the outbox's pending entries; with an outbox shared by replicas, each sender also sweeps it every
 third of the lease and takes over the streams of a replica that died (their leases expired). One runner per stream
@@ -22,7 +23,8 @@ ran out while the database was away, stops at once and leaves its entries to the
 
 A state change is never lost between the task's write and the outbox commit: the engine stores it with an owed
 marker when the task may have push configs (``owes``), the hook's commit clears it, and a marker left by a crash
-becomes a snapshot notification at the next start or sweep (``_owed``).
+becomes a snapshot notification at the next start, one left by a hook that failed in a live process at the next
+sweep (every ``sweep_every`` seconds, on every durable outbox: ``_owed``).
 
 Modules: this one holds ``PushSender``, its lifecycle and the engine hook (and re-exports ``ConfigCache`` and
 ``DeliveryPolicy``); ``_delivery`` the streams and their runners (the sender's base class); ``_slots`` the fair
@@ -94,7 +96,9 @@ class PushSender(StreamDelivery):
     ``events``: ``"all"`` (every task event: snapshots, status and artifact updates) or ``"state"`` (only the
     events that change the task's state). ``allow``: the SSRF guard's allow list. ``signer``: signs deliveries.
     ``notify_rate``: ``(per second, burst)`` notifications per task beyond its state changes (``push._rate``);
-    ``(0, 0)`` turns the bound off.
+    ``(0, 0)`` turns the bound off. ``sweep_every``: seconds between sweeps of a durable outbox (owed markers a
+    failed hook left; scaled out, a dead replica's streams too); default a third of the lease when the outbox is
+    shared by replicas, else 10 s.
 
     >>> # sender = PushSender(push_store, MemoryPushOutbox()); sender.bind(engine)  # armed when a config may exist
     """
@@ -113,6 +117,7 @@ class PushSender(StreamDelivery):
         worker: str | None = None,
         flush_timeout: float = 5.0,
         notify_rate: tuple[float, int] = (100.0, 1000),
+        sweep_every: float | None = None,
     ) -> None:
         if events not in ("all", "state"):
             raise ValueError(f"push_events must be 'all' or 'state' (got {events!r})")
@@ -127,6 +132,9 @@ class PushSender(StreamDelivery):
         self.signer = signer
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.flush_timeout = flush_timeout
+        if sweep_every is not None and not sweep_every > 0:
+            raise ValueError(f"sweep_every must be a positive number of seconds, not {sweep_every!r}")
+        self.sweep_every = sweep_every
         self.started = False
         self._http = http
         self._own_http = http is None
@@ -185,7 +193,7 @@ class PushSender(StreamDelivery):
             flush_timeout=self.flush_timeout,
             rounds=100,
         )
-        if getattr(self.outbox, "orphaned", None) is not None:
+        if getattr(self.outbox, "owed", None) is not None or getattr(self.outbox, "orphaned", None) is not None:
             self._sweeper = asyncio.create_task(self._sweep_loop(), name="relaykit-push-sweep")
 
     async def stop(self, drain: float = 1.0) -> None:

@@ -4,9 +4,13 @@ A receiver that accepts the connection and never answers (a tarpit) keeps each a
 timeout. With one bound for every webhook, 64 configs pointing at one tarpit held every slot, and every other
 caller's notifications waited behind them. Rules:
 
-* an attempt holds, while its request is in flight, a slot of its **destination** (the ``host:port`` its webhook URL
-  connects to: ``DeliveryPolicy.per_destination``), one of its **owner** ((tenant, owner): ``per_owner``, when set)
-  and one of the **total** (``concurrency``); so a slow or hostile receiver holds its own share and no more;
+* an attempt holds, while its request is in flight, a slot of its **destination** (the ``address:port`` its webhook
+  URL connects to: ``DeliveryPolicy.per_destination``), one of its **owner** ((tenant, owner): ``per_owner``, when
+  set) and one of the **total** (``concurrency``); so a slow or hostile receiver holds its own share and no more;
+* the destination is the address the host name resolves to (the first checked address, the one the connection goes
+  to first), looked up before the slots are taken: any number of names pointing at one tarpit share its 8 slots, and
+  a name cannot be multiplied into more slots. Only when the address is not known (the sender was given its own HTTP
+  client, which does not connect through the SSRF guard, or the URL cannot be split) is it the URL's ``host:port``;
 * the slots are taken in that order, the total last, and given back in reverse: a runner waiting for a busy
   destination or owner holds nothing another destination needs (a tarpit's queue of runners takes no total slot),
   and with one order for everyone no two runners wait for each other's slots;
@@ -30,18 +34,21 @@ __all__ = ["DeliverySlots", "destination"]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def destination(url: str) -> str:
-    """The ``host:port`` a webhook URL connects to (its scheme's default port when it names none).
+def destination(url: str, address: str = "") -> str:
+    """The ``host:port`` a webhook URL connects to (its scheme's default port when it names none), or
+    ``address:port`` when the address its host resolves to is known.
 
     >>> destination("https://Hooks.example.com/a2a"), destination("http://127.0.0.1:8080/x")
     ('hooks.example.com:443', '127.0.0.1:8080')
+    >>> destination("https://a.example.com/a2a", "93.184.215.14"), destination("https://b.example.com", "93.184.215.14")
+    ('93.184.215.14:443', '93.184.215.14:443')
     """
     parts = urlsplit(url)
     try:
         port = parts.port
     except ValueError:
         port = None  # not a port: the request fails anyway; its attempt counts under the URL's host
-    return f"{parts.hostname or ''}:{port or _DEFAULT_PORTS.get(parts.scheme, 0)}"
+    return f"{address or parts.hostname or ''}:{port or _DEFAULT_PORTS.get(parts.scheme, 0)}"
 
 
 class _Slot:

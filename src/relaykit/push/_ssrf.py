@@ -15,34 +15,34 @@ Rules:
   CIDR entry (``127.0.0.1``, ``10.0.0.0/8``, ``::1``) allows those addresses.
 
 At config time a name that does not resolve is accepted (the receiver may not exist yet); the connect-time check
-decides. At most ``MAX_LOOKUPS`` config-time lookups run at once: a lookup holds a resolver thread (the loop's
-default executor, or libuv's pool of 4 under uvloop) until the system resolver answers, however long after the
-check's timeout that is (the timeout ends the wait, not the thread), so names whose DNS answers slowly could
-otherwise take every thread, and delivery-time lookups (and every other ``getaddrinfo`` of the process) would wait
-behind them. A check whose lookup cannot start within the timeout is refused as retryable (RESOURCE_EXHAUSTED).
+decides. Lookups go through ``_resolver``: each holds a place until the system resolver answers (the timeout ends the
+wait, not the lookup), on a thread of its own, never the loop's default executor. Config-time checks have
+``MAX_LOOKUPS`` places (a check whose lookup cannot start within the timeout is refused as retryable,
+RESOURCE_EXHAUSTED), deliveries ``DELIVERY_LOOKUPS`` of their own (a delivery whose lookup cannot start is put off,
+``_delivery``), so names whose DNS answers slowly hold a few threads at most and neither kind waits behind the other.
+An answer is kept ``DNS_TTL`` (30) seconds, so many deliveries to one host look it up once.
 
-At connect time the name is resolved once, each address is checked, and the connection goes to a checked address,
-while the request keeps the original ``Host`` header and TLS server name (``GuardedBackend`` under httpx), so a DNS
-answer that changes between check and connect (rebinding) cannot reach a refused address.
+At connect time the name is resolved (or its kept answer taken), each address is checked, on every use, and the
+connection goes to a checked address, while the request keeps the original ``Host`` header and TLS server name
+(``GuardedBackend`` under httpx), so a DNS answer that changes between check and connect (rebinding) cannot reach a
+refused address.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import ipaddress
 import logging
-import socket
 import typing
 from collections.abc import Iterable
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpcore
 
 from relaykit._errors import InvalidParamsError, ResourceExhaustedError
+from relaykit.push._resolver import DNS_TTL, LookupBusyError, Resolver
 
-__all__ = ["GuardedBackend", "WebhookGuard", "WebhookRefusedError", "address_problem"]
+__all__ = ["GuardedBackend", "LookupBusyError", "WebhookGuard", "WebhookRefusedError", "address_problem"]
 
 log = logging.getLogger("relaykit.push")
 
@@ -51,6 +51,8 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 RESOLVE_TIMEOUT = 2.0  # seconds for the config-time DNS lookup (and as long again to wait for one to start)
 MAX_LOOKUPS = 2  # config-time DNS lookups running at once (each holds a resolver thread until it answers)
+LOOKUP_TIMEOUT = 5.0  # seconds for a delivery-time DNS lookup (and as long again to wait for one to start)
+DELIVERY_LOOKUPS = 4  # delivery-time DNS lookups running at once (places of their own: see ``_resolver``)
 
 # Cloud instance metadata services: named in the refusal, since they are the classic SSRF target.
 _METADATA = frozenset(
@@ -142,13 +144,24 @@ class WebhookGuard:
     """
 
     def __init__(
-        self, allow: Iterable[str] = (), *, resolve_timeout: float = RESOLVE_TIMEOUT, max_lookups: int = MAX_LOOKUPS
+        self,
+        allow: Iterable[str] = (),
+        *,
+        resolve_timeout: float = RESOLVE_TIMEOUT,
+        max_lookups: int = MAX_LOOKUPS,
+        lookup_timeout: float = LOOKUP_TIMEOUT,
+        delivery_lookups: int = DELIVERY_LOOKUPS,
+        dns_ttl: float = DNS_TTL,
     ) -> None:
         self.allow = tuple(allow)
         self.resolve_timeout = resolve_timeout
         self.max_lookups = max_lookups
-        # Released when a lookup's thread is done, not when the check stops waiting for it.
+        self.lookup_timeout = lookup_timeout
+        self.resolver = Resolver(ttl=dns_ttl)
+        # The places of each kind of lookup (``_resolver``): released when a lookup's thread is done, not when its
+        # caller stops waiting for it.
         self._lookups = asyncio.Semaphore(max_lookups)
+        self._delivery_lookups = asyncio.Semaphore(delivery_lookups)
         self._networks: list[IPNetwork] = []
         self._hosts: set[str] = set()
         self._suffixes: list[str] = []
@@ -242,11 +255,10 @@ class WebhookGuard:
         except WebhookRefusedError as exc:
             raise InvalidParamsError(str(exc), field_violations=[(field, exc.field_reason)]) from None
 
-    async def _resolve(self, host: str, port: int) -> list[IPAddress]:
-        lookups = self._lookups
+    async def _resolve(self, host: str, port: int) -> tuple[IPAddress, ...]:
         try:
-            await asyncio.wait_for(lookups.acquire(), self.resolve_timeout)
-        except TimeoutError:
+            return await self.resolver.resolve(host, port, self._lookups, self.resolve_timeout)
+        except LookupBusyError:
             # Names nobody asked about are not named: the caller's own host is the only one in the log line.
             log.warning("webhook host %s not checked: %d lookups already in progress", host, self.max_lookups)
             raise ResourceExhaustedError(
@@ -254,42 +266,28 @@ class WebhookGuard:
                 "retry shortly",
                 retry_after="1",
             ) from None
-        loop = asyncio.get_running_loop()
-        lookup = asyncio.ensure_future(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))
-        lookup.add_done_callback(functools.partial(_lookup_done, lookups))
-        # Shielded: the timeout (or the caller leaving) ends this wait; the lookup runs on, holding its place.
-        infos = await asyncio.wait_for(asyncio.shield(lookup), timeout=self.resolve_timeout)
-        out: list[IPAddress] = []
-        for info in infos:
-            ip = _parse_ip(str(info[4][0]))
-            if ip is not None and ip not in out:
-                out.append(ip)
-        if not out:
-            raise OSError(f"{host} resolved to no address")
-        return out
 
     async def connect_addresses(self, host: str, port: int, timeout: float | None = None) -> list[str]:  # noqa: ASYNC109
-        """The connect-time check: the checked addresses to connect to for ``host`` (raises ``ConnectError``)."""
+        """The connect-time check: the checked addresses to connect to for ``host`` (raises ``ConnectError``, and
+        ``LookupBusyError`` when its lookup cannot start: ``DELIVERY_LOOKUPS``). A kept answer (``DNS_TTL``) is
+        checked like a fresh one."""
         ip = _parse_ip(host)
+        addresses: typing.Sequence[IPAddress]
         if ip is not None:
             addresses = [ip]
         else:
+            wait = min(timeout, self.lookup_timeout) if timeout else self.lookup_timeout
             try:
-                loop = asyncio.get_running_loop()
-                infos = await asyncio.wait_for(
-                    loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout=timeout or self.resolve_timeout
-                )
+                addresses = await self.resolver.resolve(host, port, self._delivery_lookups, wait)
+            except LookupBusyError:
+                raise
             except (OSError, TimeoutError) as exc:
                 if _is_localhost(host) and not self.allows_host(host):
                     raise httpcore.ConnectError(
                         f"webhook host {host} is refused: a loopback (localhost) name (SSRF guard; --push-allow {host})"
                     ) from exc
-                raise httpcore.ConnectError(f"cannot resolve webhook host {host}: {exc}") from exc
-            addresses = []
-            for info in infos:
-                parsed = _parse_ip(str(info[4][0]))
-                if parsed is not None and parsed not in addresses:
-                    addresses.append(parsed)
+                reason = f"no answer within {wait:g} s" if isinstance(exc, TimeoutError) else str(exc)
+                raise httpcore.ConnectError(f"cannot resolve webhook host {host}: {reason}") from exc
         if not self.allows_host(host):
             for address in addresses:
                 if not self.allows_address(address):
@@ -306,14 +304,6 @@ class WebhookGuard:
         if not addresses:
             raise httpcore.ConnectError(f"webhook host {host} resolved to no address")
         return [str(a) for a in addresses]
-
-
-def _lookup_done(lookups: asyncio.Semaphore, lookup: asyncio.Future[Any]) -> None:
-    """A config-time lookup's thread is done: its place is free. Its outcome is taken here, since the check may
-    have stopped waiting for it (a lookup left behind must not log "exception never retrieved")."""
-    lookups.release()
-    if not lookup.cancelled():
-        lookup.exception()
 
 
 def _is_localhost(host: str) -> bool:

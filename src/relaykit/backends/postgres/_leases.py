@@ -5,7 +5,9 @@ A lease makes one sender (of any replica) the only one delivering a stream (task
 * ``claim(stream, worker)`` is one ``INSERT … ON CONFLICT DO UPDATE … WHERE``: it succeeds when the stream has no
   lease, when ``worker`` already holds it (the claim refreshes it), or when the lease expired. Expiry is
   ``now() + lease_ttl`` on the **database clock**, so replicas' clock skew cannot make a live lease look expired.
-* ``release`` deletes the lease only when ``worker`` holds it; ``close()`` releases what this object still holds.
+* ``release`` deletes the lease only when ``worker`` holds it; ``close()`` releases what this object still holds. The
+  sender gives a lease back in the outbox commit of its holder's last results instead (``OutboxChanges.released``,
+  ``_sql_release_all`` in that transaction); ``_forget`` then stops renewing it.
 * While this object holds leases, a keeper task renews them every ``renew_every`` seconds (a third of the ttl by
   default, on the heartbeat connection: never queued behind the pool's work), so a sender may hold a stream through
   long retry waits; a replica that dies stops renewing and its streams are claimable ``lease_ttl`` seconds later.
@@ -181,6 +183,14 @@ class StreamLeases:
             await conn.execute(self._sql_release, *stream, worker)
 
         await self._db.run(job)
+
+    def _forget(self, released: list[tuple[str, str, str, str, str]]) -> None:
+        """``(tenant, owner, task id, config id, worker)`` leases were deleted by a commit: no longer held here."""
+        for *stream, worker in released:
+            key = (stream[0], stream[1], stream[2], stream[3])
+            held = self._held.get(key)
+            if held is not None and held.worker == worker:
+                del self._held[key]
 
     async def holder(self, stream: StreamKey) -> str | None:
         """The worker holding a live lease on ``stream``, or ``None`` (observability, tests)."""

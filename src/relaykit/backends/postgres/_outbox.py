@@ -12,6 +12,10 @@ What it adds to the ``PushOutbox`` rules in ``_base`` (mirroring ``sqlite.SQLite
   folded per stream in Python first (an upsert may touch a row once per statement); the result is exactly what
   applying them one by one gives. Every array is sorted by key (concurrent commits of replicas then mostly lock
   rows in one order), and a commit that still deadlocks with another is retried.
+* **Leases go with their holder's results.** ``OutboxChanges.released`` deletes the leases in the same transaction,
+  last: another replica can claim a stream only once its holder's deliveries are committed, so it never sends again
+  what was delivered. The leases leave this object's keeper only once that commit succeeded (until then they are
+  renewed: the results may take a retry to commit).
 * **Owed markers** (``relaykit.push._owed``): the commit that holds a task state's notifications clears the task's
   ``push_owed`` marker (``OutboxChanges.settled``) in its transaction, last (the task rows are locked the shortest
   time; a deadlock with a task write is retried like any other); ``owed(age)`` reads the markers older than ``age``
@@ -273,7 +277,8 @@ class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
                 key = (task_id, tenant, owner)
                 newest[key] = max(seq, newest.get(key, seq))
         settled = [(*key, seq) for key, seq in sorted(newest.items())]
-        if not (discarded or added or delivered or retried or dead or health or settled):
+        released = sorted({(*stream, worker) for stream, worker in changes.released if not has_nul(worker, *stream)})
+        if not (discarded or added or delivered or retried or dead or health or settled or released):
             return
         discard_args = columns(discarded, 4)
         add_args = columns(added, 12)
@@ -281,6 +286,7 @@ class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
         dead_args = columns([dead[k] for k in sorted(dead)], 4)
         health_args = columns(health, 11)
         settle_args = columns(settled, 4)
+        release_args = columns(released, 5)
 
         async def job(conn: Any) -> None:
             async with conn.transaction():
@@ -298,10 +304,15 @@ class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
                     await conn.execute(self._sql_health, *health_args)
                 if settled:
                     await conn.execute(self._sql_settle, *settle_args)
+                if released:
+                    # After the results they follow: the stream is claimable once they are committed, not before.
+                    await conn.execute(self._sql_release_all, *release_args)
 
         for attempt in range(_DEADLOCK_RETRIES):
             try:
                 await self._db.run(job)
+                if released:
+                    self._forget(released)
                 return
             except (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError):
                 # Another replica's commit locked the same rows in another order: the transaction was rolled back.

@@ -31,7 +31,8 @@ Invariants (on top of the ``TaskStore`` / ``PushConfigStore`` rules in ``_base``
   rather than misread.
 * **Owed push notifications.** A state whose notification is owed (``TaskRecord.push_owed``) is stored with its
   marker by the same statement; the outbox's commit of those notifications clears it in its transaction, so the
-  file never holds the state without either the marker or the notifications (``relaykit.push._owed``).
+  file never holds the state without either the marker or the notifications (``relaykit.push._owed``). The marker's
+  time (``push_owed_at``) goes with it, so a live process's sweep recovers only the markers a failed hook left.
 * The directory of the file must exist: a typo in ``--store`` is an error, not a new directory tree.
 
 A cancelled call may still complete on the worker thread (a statement cannot be interrupted half-way); the

@@ -2,7 +2,10 @@
 
 Tables ``<namespace>_push_outbox`` and ``<namespace>_push_health``; see the package for the file's invariants. The
 tasks' owed markers (``<namespace>_tasks.push_owed``, ``relaykit.push._owed``) are cleared by the commit that holds
-their notifications, in its transaction, and read back by ``owed``.
+their notifications, in its transaction, and read back by ``owed``: all of them when the sender starts (one process
+serves the file: every marker then is a dead process's), those older than the sweep's age while it runs (a hook that
+failed left them; a younger one may be about to be committed), by the time written with the marker
+(``push_owed_at``). Both read the partial index of the marked rows alone: nothing to do costs one empty index probe.
 """
 
 from __future__ import annotations
@@ -85,14 +88,15 @@ class SQLitePushOutbox(AttachedStore[Database]):
         t = f"{self._db.namespace}_tasks"
         # Only while the marker names this state or an older one: a newer state's marker stays owed.
         self._sql_settle = (
-            f"UPDATE {t} SET push_owed = NULL WHERE id = ? AND tenant = ? AND owner = ? AND push_owed <= ?"
+            f"UPDATE {t} SET push_owed = NULL, push_owed_at = NULL "
+            "WHERE id = ? AND tenant = ? AND owner = ? AND push_owed <= ?"
         )
-        # On the partial index of the marked rows: one process serves the file, so every marker found on start is
-        # a dead process's (``age`` is not needed: nothing here is in flight).
-        self._sql_owed = (
-            f"SELECT tenant, owner, body, version, event_seq, push_owed FROM {t} "
-            "WHERE push_owed IS NOT NULL ORDER BY push_owed LIMIT ?"
-        )
+        # On the partial index of the marked rows: on start, every marker (one process serves the file, so each is a
+        # dead process's); in the sweep, those whose state is older than its age (the rest may be in flight).
+        owed = f"SELECT tenant, owner, body, version, event_seq, push_owed FROM {t} WHERE push_owed IS NOT NULL"
+        self._sql_owed = f"{owed} ORDER BY push_owed LIMIT ?"
+        # (A marker without its time was written before schema 5: old, by definition.)
+        self._sql_owed_before = f"{owed} AND IFNULL(push_owed_at, 0) <= ? ORDER BY push_owed_at LIMIT ?"
 
     @property
     def path(self) -> str:
@@ -154,11 +158,17 @@ class SQLitePushOutbox(AttachedStore[Database]):
 
     async def owed(self, age: float = 0.0, limit: int = 1000) -> list[TaskRecord]:
         """The tasks, as stored, whose latest state's push notification is owed (``TaskRecord.push_owed`` set), at
-        most ``limit``. ``age`` is ignored: this file has one process, so none of its markers is in flight."""
+        most ``limit``: every one with ``age`` 0 (on start), else those whose marker was written at least ``age``
+        seconds ago, oldest first."""
+        params: tuple[float, ...]
+        if age > 0:
+            sql, params = self._sql_owed_before, (time.time() - age, limit)
+        else:
+            sql, params = self._sql_owed, (limit,)
 
         def job(conn: sqlite3.Connection) -> list[TaskRecord]:
             out = []
-            for tenant, owner, body, version, event_seq, owed in conn.execute(self._sql_owed, (limit,)):
+            for tenant, owner, body, version, event_seq, owed in conn.execute(sql, params):
                 record = TaskRecord(Task.from_json(body), str(tenant), str(owner), int(version), int(event_seq), body)
                 record.push_owed = int(owed)
                 out.append(record)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema version this relaykit writes; older files are migrated on start, newer ones refused."""
 
 # Schema migrations, applied in order: entry i brings a file from version i to version i + 1. Never edit an
@@ -86,5 +86,11 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE {ns}_tasks ADD COLUMN push_owed INTEGER",
         "CREATE INDEX {ns}_tasks_owed ON {ns}_tasks (push_owed) WHERE push_owed IS NOT NULL",
+    ],
+    # 5: when a task's owed marker was written (epoch seconds), so the sweep of a live process recovers only the
+    # markers a failed hook left, never one whose notifications are about to be committed. Written only with a
+    # marker, by the same statement; read on the marked rows alone (the index above).
+    [
+        "ALTER TABLE {ns}_tasks ADD COLUMN push_owed_at REAL",
     ],
 ]

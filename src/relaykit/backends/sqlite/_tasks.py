@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 import os
 import sqlite3
+import time
 from datetime import datetime
 
 from relaykit._enums import TaskState
@@ -62,12 +63,12 @@ class SQLiteTaskStore(AttachedStore[Database]):
         # The same writes with the state's push notification owed (``TaskRecord.push_owed``): separate statements,
         # so the write of a task without push configs names the column no more than it did before it existed.
         self._sql_insert_owed = (
-            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, push_owed) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            f"INSERT INTO {t} (id, tenant, owner, context_id, state, status_ts, version, event_seq, body, push_owed, "
+            "push_owed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         self._sql_update_owed = (
             f"UPDATE {t} SET context_id = ?, state = ?, status_ts = ?, version = ?, event_seq = ?, body = ?, "
-            "push_owed = ? WHERE id = ? AND version = ? AND tenant = ? AND owner = ?"
+            "push_owed = ?, push_owed_at = ? WHERE id = ? AND version = ? AND tenant = ? AND owner = ?"
         )
         self._sql_delete = f"DELETE FROM {t} WHERE id = ? AND tenant = ? AND owner = ?"
         # Whether the task has push configs (the table lives in this file): its FAILED status is owed to them.
@@ -81,7 +82,8 @@ class SQLiteTaskStore(AttachedStore[Database]):
         )
         self._sql_fail = (
             f"UPDATE {t} SET state = ?, status_ts = ?, version = version + 1, event_seq = event_seq + 1, body = ?, "
-            "push_owed = CASE WHEN ? THEN event_seq + 1 ELSE push_owed END WHERE id = ?"
+            "push_owed = CASE WHEN ? THEN event_seq + 1 ELSE push_owed END, "
+            "push_owed_at = CASE WHEN ? THEN ? ELSE push_owed_at END WHERE id = ?"
         )
         self._sql_purge = f"DELETE FROM {t} WHERE state IN ({', '.join('?' * len(_TERMINAL))}) AND status_ts < ?"
         self._sql_purge_interrupted = (
@@ -136,7 +138,7 @@ class SQLiteTaskStore(AttachedStore[Database]):
             # state, so no instant has one without the other. Statements of their own: a task without push configs
             # writes exactly what it did before markers existed.
             insert, update = self._sql_insert_owed, self._sql_update_owed
-            fields = (*fields, record.push_owed)
+            fields = (*fields, record.push_owed, time.time())
 
         def job(conn: sqlite3.Connection) -> None:
             if version == 0:
@@ -230,6 +232,7 @@ class SQLiteTaskStore(AttachedStore[Database]):
 
     async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
         def job(conn: sqlite3.Connection) -> int:
+            now = time.time()
             with transaction(conn):
                 rows = conn.execute(self._sql_active, _ACTIVE).fetchall()
                 for task_id, context_id, body, tenant, owner, version, event_seq, configs in rows:
@@ -238,7 +241,15 @@ class SQLiteTaskStore(AttachedStore[Database]):
                     owed = int(event_seq) + 1 if configs else 0
                     conn.execute(
                         self._sql_fail,
-                        (task.status.state.value, sort_key(task)[0], task.to_json(), bool(owed), task_id),
+                        (
+                            task.status.state.value,
+                            sort_key(task)[0],
+                            task.to_json(),
+                            bool(owed),
+                            bool(owed),
+                            now,
+                            task_id,
+                        ),
                     )
                     if failed is not None:
                         record = TaskRecord(task, tenant, owner, int(version) + 1, int(event_seq) + 1)
