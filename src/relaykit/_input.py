@@ -8,21 +8,31 @@ Invariants (every binding goes through these, so no client input becomes a 500 o
 * A request body is strict JSON (RFC 8259): ``NaN``, ``Infinity`` and ``-Infinity`` are ``JSONParseError`` rather
   than floats that would be stored as ``null``, and so is a ``\\u`` escape of a lone UTF-16 surrogate (no store can
   encode that string).
+* Every number in a request body fits a double, ProtoJSON's only number (``google.protobuf.Value``): ``1e400``,
+  which both parsers read as infinity (stored as ``null``), and an integer past ±1.8e308 (which no gRPC reader could
+  be sent) are ``JSONParseError`` too. Neither parser refuses them: the large-body parser's number hooks do, and for
+  a small body a regular expression (C) looks for the shape of such a literal, so only a body it matches has its
+  decoded numbers looked at.
 * Arrays and objects nest at most ``MAX_JSON_DEPTH`` deep in a request body (the outermost counts one), whatever its
   size; deeper is ``JSONParseError`` (RFC 8259 §9 lets a parser limit nesting). Whatever a request carries is
   stored a few levels deeper at most (a data part in a task's history, the task in a stream event), under what
   every reader reads back (jiter, the stores' reader: 200 levels; a gRPC client's protobuf parser: about 33 levels
   of JSON in metadata): a task can never be written that cannot be read, on any binding.
-* A body over ``OFF_LOOP_BYTES`` is parsed in a worker thread with a Python hook per object, which both lets the
-  event loop run between objects (the hook releases the GIL at the interpreter's switch interval) and refuses a
-  body of more than ``MAX_JSON_OBJECTS`` objects as soon as it has seen one too many: a 10 MB body of 800k tiny
-  objects costs the loop nothing and the thread a fraction of a second. Smaller bodies keep the fast path.
+* A body over ``OFF_LOOP_BYTES`` is parsed in a worker thread, and holds at most ``MAX_JSON_VALUES`` entries of
+  arrays and objects (array items and object members; an empty array or object counts one), else
+  ``PayloadTooLargeError``. They are counted before the body is parsed, because the parser (C) holds the GIL for
+  the whole body: 3 million array items in 9 MB would hold the event loop while parsed, and again while validated.
+  Counting is three ``bytes.count`` (C, a few milliseconds for 10 MB) when the whole body has few enough commas and
+  brackets; otherwise (commas in a long text, or too many entries) a scan that skips strings, in Python, so the
+  thread yields the GIL at the interpreter's switch interval, stopping at the first entry too many. Smaller bodies
+  keep the fast path: one of at most ``OFF_LOOP_BYTES`` holds at most ~130k entries (``0,`` each).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from typing import Any
 
@@ -33,7 +43,7 @@ from relaykit._errors import InvalidParamsError, JSONParseError, PayloadTooLarge
 __all__ = [
     "MAX_EVENT_ID_DIGITS",
     "MAX_JSON_DEPTH",
-    "MAX_JSON_OBJECTS",
+    "MAX_JSON_VALUES",
     "OFF_LOOP_BYTES",
     "decode_json",
     "decode_small_json",
@@ -43,7 +53,9 @@ __all__ = [
 MAX_EVENT_ID_DIGITS = 19  # 2**63 - 1 has 19 digits: the stores keep event ids as BIGINT
 _MAX_EVENT_ID = 2**63 - 1
 OFF_LOOP_BYTES = 256 * 1024  # a body this small parses in a few milliseconds: not worth a thread hop
-MAX_JSON_OBJECTS = 100_000  # per request body over OFF_LOOP_BYTES; a 1,000-part message holds ~1,000
+# Entries of arrays and objects per request body over OFF_LOOP_BYTES: a 1,000-part message holds a few thousand.
+# The gRPC bindings count protobuf fields against the same number (grpc._bounds.MAX_FIELDS).
+MAX_JSON_VALUES = 100_000
 # 32, not more: every binding must read back whatever was stored, and gRPC's protobuf reader, which spends about three
 # of its 100 recursion levels per level of JSON in a Struct (metadata, data parts), gives up on a stored task whose
 # message metadata nests more than about 33 levels (measured: 32 read back, 40 refused). A message's metadata sits
@@ -56,6 +68,16 @@ _TOO_DEEP = (
 # escape, so a "\u" is one when the run of backslashes ending in it has odd length: the match starts right after a
 # character that is not a backslash and takes the run's pairs ("\\\\") first.
 _SURROGATE_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*(\\u[dD][0-9a-fA-F]{3})")
+# A number literal that may not fit a double: one with 209 digits or more before its fraction or exponent (with at
+# most two exponent digits it needs 210 to pass 1e308), or with a positive exponent of three digits or more. Matched
+# from the ``:``, ``,`` or ``[`` before the literal, so a run of digits is read once, from its start, and the search
+# for where to try (one of those three characters) is the regular expression engine's own loop, in C. Text in a
+# string can match too: the decoded numbers decide.
+_BIG_NUMBER = re.compile(rb"[:,\[]\s*-?(?:[0-9]{209}|[0-9]+(?:\.[0-9]+)?[eE]\+?[0-9]{3})")
+_NOT_A_DOUBLE = "request body is not valid JSON for this server: a number does not fit a double (ProtoJSON's number)"
+# What the count of entries skips: a string (any escape in it), or else one of the characters it counts. A lone
+# quote is a string that never ends: the body is not JSON, and counting stops there (the parser says why).
+_ENTRIES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[,\[{]|"', re.DOTALL)
 
 
 def parse_event_id(text: str, source: str = "Last-Event-ID") -> int | None:
@@ -80,8 +102,67 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
 
 
-class _TooManyObjects(Exception):
+def _double(text: str) -> float:
+    # parse_float of the large-body parser: the float the standard library makes, refused where jiter's is infinite.
+    value = float(text)
+    if math.isinf(value):
+        raise JSONParseError(_NOT_A_DOUBLE)
+    return value
+
+
+def _double_int(text: str) -> int:
+    # parse_int of the large-body parser: an integer a double holds (up to ~1.8e308, 309 digits).
+    value = int(text)
+    if len(text) > 308 and not _fits_double(value):
+        raise JSONParseError(_NOT_A_DOUBLE)
+    return value
+
+
+def _fits_double(value: int) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+def _not_a_double(value: Any) -> bool:
+    """Whether decoded JSON holds a number a double cannot hold: an infinite float or too large an integer."""
+    # Depth-first without recursion; only bodies that ``_BIG_NUMBER`` matched are walked.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack += item.values()
+        elif kind is list:
+            stack += item
+        elif kind is float:
+            if math.isinf(item):
+                return True
+        elif kind is int and not _fits_double(item):
+            return True
+    return False
+
+
+class _TooManyValues(Exception):
     pass
+
+
+def _count_entries(body: bytes) -> None:
+    """Raise ``_TooManyValues`` if arrays and objects in ``body`` hold more than ``MAX_JSON_VALUES`` entries."""
+    # Each entry of an array or object but its first follows a comma, and the first follows the opening bracket:
+    # the commas and opening brackets outside strings are the entries (plus one per empty array or object).
+    if body.count(b",") + body.count(b"[") + body.count(b"{") <= MAX_JSON_VALUES:
+        return  # the usual large body: a few big strings, whatever their commas, among few entries
+    seen = 0
+    for match in _ENTRIES.finditer(body):
+        if match.end() - match.start() == 1:  # a string is two bytes at least
+            if body[match.start()] == 0x22:  # '"': a string that never ends
+                return
+            seen += 1
+            if seen > MAX_JSON_VALUES:
+                raise _TooManyValues
 
 
 def _too_deep(value: Any) -> bool:
@@ -119,18 +200,10 @@ def _lone_surrogate(body: bytes) -> bool:
     return high_end != -1
 
 
-def _parse_counted(body: bytes) -> Any:
-    count = 0
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        nonlocal count
-        count += 1
-        if count > MAX_JSON_OBJECTS:
-            raise _TooManyObjects
-        return dict(items)
-
+def _parse_large(body: bytes) -> Any:
+    _count_entries(body)
     try:
-        value = json.loads(body, object_pairs_hook=pairs, parse_constant=_no_constant)
+        value = json.loads(body, parse_constant=_no_constant, parse_float=_double, parse_int=_double_int)
     except RecursionError:  # ~1,000 levels: the interpreter's stack, well past the limit
         raise JSONParseError(_TOO_DEEP) from None
     # The checks jiter (decode_small_json) makes while parsing, made after the standard library's parse.
@@ -154,6 +227,10 @@ def decode_small_json(body: bytes) -> Any:
     # objects) without walking what it decoded to.
     if body.count(b"{") + body.count(b"[") > MAX_JSON_DEPTH and _too_deep(value):
         raise JSONParseError(_TOO_DEEP)
+    # jiter reads 1e400 as infinity: one search in C clears a usual body (no such literal), and only the numbers of
+    # one that has one are looked at (a body that is a bare number has no ``:,[`` before it: looked at as it is).
+    if (type(value) is float or type(value) is int or _BIG_NUMBER.search(body) is not None) and _not_a_double(value):
+        raise JSONParseError(_NOT_A_DOUBLE)
     return value
 
 
@@ -162,10 +239,11 @@ async def decode_json(body: bytes) -> Any:
     if len(body) <= OFF_LOOP_BYTES:
         return decode_small_json(body)
     try:
-        return await asyncio.to_thread(_parse_counted, body)
-    except _TooManyObjects:
+        return await asyncio.to_thread(_parse_large, body)
+    except _TooManyValues:
         raise PayloadTooLargeError(
-            f"request body holds more than {MAX_JSON_OBJECTS} JSON objects; send fewer parts or smaller data"
+            f"request body holds more than {MAX_JSON_VALUES} JSON values (array items and object members); "
+            "send fewer parts or smaller data"
         ) from None
     except ValueError as exc:
         raise JSONParseError(f"request body is not valid JSON: {exc}") from None

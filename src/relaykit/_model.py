@@ -53,6 +53,10 @@ class A2AModel(BaseModel):
         extra="ignore",
         use_enum_values=False,
         ser_json_bytes="base64",
+        # A ValidationError's text (what a logged traceback shows) names the field and the error, never the value:
+        # it is a caller's content (a message, a stored task) and may hold credentials. The wire errors never had
+        # it (``relaykit._errors.invalid_params`` leaves inputs out).
+        hide_input_in_errors=True,
     )
 
     def to_json(self) -> bytes:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from relaykit._enums import Role, TaskState
+from relaykit._errors import InternalError
 from relaykit._types import AuthenticationInfo, Message, Part, Task, TaskPushNotificationConfig, TaskStatus
 from relaykit.backends import (
     ConflictError,
@@ -472,7 +473,7 @@ async def test_fail_orphans_fails_an_unreadable_task_without_its_content(
     broken = make_task("t-broken", ts=at(2), context_id="ctx-b")
     await store.save(TaskRecord(broken, "acme", "alice", body=unreadable_body(broken)))
     await insert(store, make_task("t-after", ts=at(3)))
-    with pytest.raises(ValueError, match="recursion limit"):  # as unreadable as such rows are
+    with pytest.raises(InternalError, match="cannot read"):  # as unreadable as such rows are
         await store.get("t-broken", tenant="acme", owner="alice")
 
     failed: list[TaskRecord] = []
@@ -497,6 +498,49 @@ async def test_fail_orphans_fails_an_unreadable_task_without_its_content(
     assert "t-broken" in caplog.text
     assert "secret-content" not in caplog.text
     assert await store.fail_orphans("server restarted") == 0
+
+
+async def test_an_unreadable_task_is_an_internal_error_and_left_out_of_lists(
+    store: TaskStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A body that does not decode (nested past the reader's limit, cut short, or no longer valid) is InternalError
+    "cannot read" when read by id, and is left out of a listing while the owner's other tasks are listed, every
+    page of them. Each read logs the task id once, never the content; nothing else is affected."""
+    bodies = {
+        "t-deep": lambda task: unreadable_body(task),
+        "t-cut": lambda task: task.to_json()[:-20],
+        "t-invalid": lambda task: task.to_json().replace(b"TASK_STATE_WORKING", b"secret-content-state"),
+    }
+    for n, task_id in enumerate(["t-1", "t-deep", "t-2", "t-cut", "t-3", "t-invalid", "t-4"]):
+        task = make_task(task_id, ts=at(n))
+        body = bodies[task_id](task) if task_id in bodies else None
+        await store.save(TaskRecord(task, "acme", "alice", body=body))
+    for task_id in bodies:
+        caplog.clear()
+        with pytest.raises(InternalError, match=f"task {task_id} is stored in a form this server cannot read"):
+            await store.get(task_id, tenant="acme", owner="alice")
+        assert [r.getMessage() for r in caplog.records if task_id in r.getMessage()] != []
+        assert len(caplog.records) == 1, caplog.text
+        assert "secret-content" not in caplog.text
+    assert await store.get("t-deep") is None  # another scope: missing, as ever
+
+    caplog.clear()
+    assert await list_ids(store, tenant="acme", owner="alice") == ["t-4", "t-3", "t-2", "t-1"]
+    assert all(task_id in caplog.text for task_id in bodies)
+    assert "secret-content" not in caplog.text
+    for query in ({"history_length": 0}, {"include_artifacts": False}, {"history_length": 1}):
+        assert await list_ids(store, tenant="acme", owner="alice", **query) == ["t-4", "t-3", "t-2", "t-1"]
+    # Paged one row at a time: a page whose row cannot be read is empty, and its cursor moves past it.
+    seen: list[str] = []
+    token = ""
+    for _ in range(10):
+        page = await store.list(TaskQuery(tenant="acme", owner="alice", page_size=1, page_token=token))
+        seen += [task.id for task in page.tasks]
+        assert page.total_size == 7
+        token = page.next_page_token
+        if not token:
+            break
+    assert seen == ["t-4", "t-3", "t-2", "t-1"]
 
 
 async def test_fail_orphans_invalidates_records_read_before(store: TaskStore) -> None:

@@ -47,3 +47,29 @@ def test_durations_out_of_range_are_refused(cli: Cli, option: str, value: str, m
     result = cli("serve", "examples/echo.py", "--store", "memory", option, value)
     assert result.returncode == 2
     assert f"argument {option}: {message}" in result.stderr
+
+
+@pytest.mark.parametrize("option", ["--max-history-bytes", "--max-artifact-bytes"])
+@pytest.mark.parametrize(("value", "message"), [("-1", "0 or more"), ("1e6", "not a whole number of bytes")])
+def test_task_limits_out_of_range_are_refused(cli: Cli, option: str, value: str, message: str) -> None:
+    result = cli("serve", "examples/echo.py", "--store", "memory", option, value)
+    assert result.returncode == 2
+    assert f"argument {option}: " in result.stderr
+    assert message in result.stderr
+
+
+def test_task_limits_reach_the_engine() -> None:
+    """``--max-history-bytes`` and ``--max-artifact-bytes`` set the engine's limits (0: off); not given, the engine
+    keeps create_app's defaults (16 MiB, 64 MiB). ``relaykit worker`` reads them the same way."""
+    from relaykit.cli import build_parser
+    from relaykit.cli._options import task_limits
+    from relaykit.cli._serve import build_server
+
+    parser = build_parser()
+    base = ["serve", "examples/echo.py", "--store", "memory"]
+    engine = build_server(parser.parse_args([*base, "--max-history-bytes", "1000", "--max-artifact-bytes", "0"])).engine
+    assert (engine.max_history_bytes, engine.max_artifact_bytes) == (1000, 0)
+    engine = build_server(parser.parse_args(base)).engine
+    assert (engine.max_history_bytes, engine.max_artifact_bytes) == (16 * 1024 * 1024, 64 * 1024 * 1024)
+    worker = parser.parse_args(["worker", "examples/echo.py", "--max-history-bytes", "5", "--max-artifact-bytes", "7"])
+    assert task_limits(worker) == {"max_history_bytes": 5, "max_artifact_bytes": 7}

@@ -153,6 +153,51 @@ async def test_nan_and_infinity_are_refused(client: httpx.AsyncClient, constant:
     assert "not valid JSON" in r.json()["error"]["message"]
 
 
+# Literals no double holds: jiter and the standard library read the first four as infinity (stored as null on main),
+# the last as a 401-digit integer no gRPC reader can be sent.
+NOT_DOUBLES = ["1e400", "-1e400", "1.8e308", "1" + "0" * 310 + ".5", "1" + "0" * 400]
+# Their neighbours that a double holds, and such text in a string: accepted, and read back as sent.
+DOUBLES = {"max": 1.7976931348623157e308, "tiny": 0.0, "int": 10**300, "text": ",1e400 [" + "9" * 300 + ".5"}
+DOUBLES_RAW = (
+    '{"max":1.7976931348623157e308,"tiny":1e-400,"int":1' + "0" * 300 + ',"text":",1e400 [' + "9" * 300 + '.5"}'
+)
+
+
+async def test_numbers_a_double_cannot_hold_are_a_parse_error(client: httpx.AsyncClient) -> None:
+    """On both HTTP bindings, A2A 1.0 and 0.3, small bodies (jiter) and large ones (the standard library, in a
+    thread): the error of any malformed body (-32700 / 400). Numbers a double holds still go through unchanged."""
+    rpc_head = '{"jsonrpc":"2.0","id":1,"method":"%s","params":{"message":{"messageId":"%s","role":"%s","parts":['
+    for number in NOT_DOUBLES:
+        for pad in ("", PAD):
+            for version, method, role, part, path in (
+                ("1.0", "SendMessage", "ROLE_USER", '{"text":"t%s"}', "/message:send"),
+                ("0.3", "message/send", "user", '{"kind":"text","text":"t%s"}', "/v1/message:send"),
+            ):
+                headers = {"Content-Type": "application/json", "A2A-Version": version}
+                parts = part % pad
+                raw = (rpc_head % (method, uuid.uuid4(), role)) + parts + '],"metadata":{"x":' + number + "}}}}"
+                r = await client.post("/", content=raw.encode(), headers=headers)
+                assert r.status_code == 200, r.text[:300]
+                assert r.json()["error"]["code"] == -32700, (number[:20], version, len(pad), r.text[:300])
+                assert "does not fit a double" in r.json()["error"]["message"]
+                rest = '{"message":{"messageId":"%s","role":"%s","parts":[%s],"metadata":{"x":[1,%s]}}}'
+                body = rest % (uuid.uuid4(), role, parts, number)
+                r = await client.post(path, content=body.encode(), headers=headers)
+                assert r.status_code == 400, (number[:20], version, len(pad), r.text[:300])
+                assert "does not fit a double" in r.text
+    for pad in ("", PAD):
+        raw = '{"message":{"messageId":"%s","role":"ROLE_USER","parts":[{"text":"t%s"}],"metadata":%s}}'
+        r = await client.post(
+            "/message:send",
+            content=(raw % (uuid.uuid4(), pad, DOUBLES_RAW)).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        assert r.status_code == 200, r.text[:300]
+        task_id = r.json()["task"]["id"]
+        got = await rpc(client, "GetTask", {"id": task_id})
+        assert got["result"]["history"][0]["metadata"] == DOUBLES
+
+
 async def test_oversize_ids_and_part_counts_are_refused(client: httpx.AsyncClient) -> None:
     await assert_invalid_params(client, "SendMessage", {"message": message(messageId="m" * 1_000_000)}, "1024")
     await assert_invalid_params(client, "GetTask", {"id": "t" * 1025}, "1024")
@@ -182,7 +227,7 @@ async def test_800k_part_message_is_refused_without_blocking_the_loop() -> None:
                 async with loop_stalls(0.005) as lags:
                     r = await c.post("/", content=raw, headers={"Content-Type": "application/json"})
                 assert r.status_code == 413
-                assert "JSON objects" in r.json()["error"]["message"]
+                assert "JSON values" in r.json()["error"]["message"]
                 assert lags, "the probe never ran"
                 worst.append(max(lags))
             # The server answers at once afterwards; the best of three, as above (one descheduling of this process
@@ -197,6 +242,71 @@ async def test_800k_part_message_is_refused_without_blocking_the_loop() -> None:
     finally:
         await app.state.relaykit.stop()
     assert min(worst) < 0.1, f"event loop stalled {[round(w * 1000) for w in worst]} ms"
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        "[" + ",".join(["0"] * 3_000_000) + "]",  # 6 MB, no object at all: passed the object cap on main
+        "[" + ",".join(['""'] * 2_500_000) + "]",
+        "[" + ",".join(["[]"] * 2_500_000) + "]",
+        "{" + ",".join(f'"{i:x}":0' for i in range(800_000)) + "}",  # one object, 800k members
+    ],
+    ids=["zeros", "strings", "lists", "members"],
+)
+async def test_millions_of_array_items_are_refused_without_blocking_the_loop(items: str) -> None:
+    """Array items and object members count against the cap of large bodies as objects did: on main a few MB of
+    ``[0,0,...]`` in metadata passed it, was parsed holding the GIL and validated and stored on the loop. They are
+    counted before the parse, off the loop; the better of two attempts counts (see the 800k-part test)."""
+    app = create_app(echo, store="memory")
+    await app.state.relaykit.start()
+    worst: list[float] = []
+    try:
+        head = '{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":'
+        raw = (head + json.dumps(message())[:-1] + ',"metadata":{"data":' + items + "}}}}").encode()
+        json.loads(raw)  # what is sent is JSON
+        transport = StreamingASGITransport(app)
+        async with httpx.AsyncClient(transport=transport, base_url=BASE, headers=V1, timeout=30.0) as c:
+            for _ in range(2):
+                async with loop_stalls(0.005) as lags:
+                    r = await c.post("/", content=raw, headers={"Content-Type": "application/json"})
+                assert r.status_code == 413, r.text[:300]
+                assert "more than 100000 JSON values" in r.json()["error"]["message"]
+                assert lags, "the probe never ran"
+                worst.append(max(lags))
+            assert (await rpc(c, "ListTasks", {}))["result"]["tasks"] == []
+    finally:
+        await app.state.relaykit.stop()
+    assert min(worst) < 0.1, f"event loop stalled {[round(w * 1000) for w in worst]} ms"
+
+
+async def test_the_value_cap_counts_entries_not_commas_in_text() -> None:
+    """At the cap a large body is accepted and one entry past it refused, whether commas and brackets in its text
+    push the body's raw count past the cap (the count then skips strings) or not."""
+    from relaykit._errors import PayloadTooLargeError
+    from relaykit._input import MAX_JSON_VALUES, OFF_LOOP_BYTES, decode_json
+
+    csv = "\n".join(['a,b,[c],{d},"e\\",f"'] * 60_000)  # 420k commas and brackets, and escapes, in a string
+    for text in ("p" * OFF_LOOP_BYTES, csv):
+        # A root array: its entries are its items (the text one of them).
+        at_cap = [text] + [0] * (MAX_JSON_VALUES - 1)
+        assert await decode_json(json.dumps(at_cap).encode()) == at_cap
+        with pytest.raises(PayloadTooLargeError):
+            await decode_json(json.dumps([*at_cap, 0]).encode())
+    # A string that never ends stops the count: the body is a parse error, not 413.
+    from relaykit._errors import JSONParseError
+
+    with pytest.raises(JSONParseError):
+        await decode_json(b'["' + b"," * (MAX_JSON_VALUES + OFF_LOOP_BYTES))
+
+
+async def test_a_large_text_with_many_commas_is_accepted(client: httpx.AsyncClient) -> None:
+    """A CSV file sent as a text part (3 MB, 600k commas) is not taken for 600k entries: stored and read back."""
+    csv = "\n".join(["1,2,3,4,5,6,7,8,9,10"] * 150_000)
+    sent = await rpc(client, "SendMessage", {"message": message(parts=[{"text": csv}])})
+    task_id = sent["result"]["task"]["id"]
+    got = await rpc(client, "GetTask", {"id": task_id})
+    assert got["result"]["history"][0]["parts"][0]["text"] == csv
 
 
 def test_a_stalled_reader_is_bounded_in_bytes_not_only_events() -> None:
@@ -313,7 +423,8 @@ async def test_a_page_token_the_stores_cannot_seek_is_invalid_params(client: htt
 async def test_both_parsers_refuse_the_same_escapes_and_depths() -> None:
     """The large-body parser (the standard library's, then relaykit's checks) refuses exactly what jiter, the
     small-body parser, refuses for the same text, and reads the rest the same: strings of escaped surrogates (high,
-    low, paired), escaped backslashes and letters in random orders, and bodies nested around the limit."""
+    low, paired), escaped backslashes and letters in random orders, bodies nested around the limit, and numbers
+    around what a double holds."""
     import random
 
     from relaykit._errors import JSONParseError
@@ -324,6 +435,12 @@ async def test_both_parsers_refuse_the_same_escapes_and_depths() -> None:
     texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 5))) for _ in range(300)]
     templates = ['{"t":"' + text + '","pad":"PAD"}' for text in texts]
     templates += [json.dumps({"d": nested(depth - 1), "pad": "PAD"}) for depth in range(MAX_JSON_DEPTH - 2, 70)]
+    # Numbers around what a double holds, as a member, an item, the body's first number and in a string.
+    numbers = [*NOT_DOUBLES, "1e308", "1.7976931348623157e308", "1.7976931348623159e308", "1e-400", "-0.0", "1E+400"]
+    numbers += ["0." + "0" * 400 + "1e400", "1" + "0" * 308, "-1" + "0" * 309, "12345678901234567890", "1e0400"]
+    for number in numbers:
+        templates += ['{"n":' + number + ',"pad":"PAD"}', '{"pad":"PAD","n":[0, ' + number + "]}"]
+        templates += ['{"s":"x:' + number + '","pad":"PAD"}']
     refused = 0
     for template in templates:
         small = template.replace("PAD", "").encode()

@@ -73,6 +73,46 @@ async def test_oversize_metadata_is_refused_and_the_server_keeps_serving() -> No
         await server.stop()
 
 
+async def test_non_finite_numbers_in_a_struct_are_invalid_argument_on_both_services() -> None:
+    """What a JSON body cannot carry (a number no double holds reads as infinity there), a protobuf Struct can: NaN
+    and ±infinity in metadata or a data part are INVALID_ARGUMENT on the 1.0 and the 0.3 service, and nothing is
+    stored. (1.0 goes through relaykit._proto's check; on main 0.3's json_format error was answered INTERNAL.)"""
+    server = assemble(echo, store="memory", grace=0.5)
+    grpc_server = GrpcServer(server, host="127.0.0.1", port=0, v03=True)
+    port = await grpc_server.start()
+    try:
+        async with asyncio.timeout(TIMEOUT), grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            for number in (float("nan"), float("inf"), float("-inf")):
+                requests: list[tuple[str, bytes, tuple[tuple[str, str], ...]]] = []
+                for where in ("metadata", "data"):
+                    message = pb.Message(message_id="m", role=pb.ROLE_USER, parts=[pb.Part(text="x")])
+                    old = pb03.Message(message_id="m", role=pb03.ROLE_USER, content=[pb03.Part(text="x")])
+                    if where == "metadata":
+                        message.metadata.update({"x": [1, number]})
+                        old.metadata.update({"x": [1, number]})
+                    else:
+                        message.parts.add().data.struct_value.update({"x": number})
+                        old.content.add().data.data.update({"x": number})
+                    requests.append((SEND, pb.SendMessageRequest(message=message).SerializeToString(), V1_META))
+                    requests.append(
+                        ("/a2a.v1.A2AService/SendMessage", pb03.SendMessageRequest(request=old).SerializeToString(), ())
+                    )
+                for method, request, metadata in requests:
+                    with pytest.raises(grpc.aio.AioRpcError) as refused:
+                        await channel.unary_unary(method)(request, metadata=metadata)
+                    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, refused.value.details())
+            listed = await channel.unary_unary("/lf.a2a.v1.A2AService/ListTasks")(
+                pb.ListTasksRequest().SerializeToString(), metadata=V1_META
+            )
+            assert list(pb.ListTasksResponse.FromString(listed).tasks) == []
+    finally:
+        await grpc_server.stop(0.5)
+        await server.stop()
+
+
+V1_META = (("a2a-version", "1.0"),)
+
+
 def _varint(value: int) -> bytes:
     out = bytearray()
     while value > 0x7F:

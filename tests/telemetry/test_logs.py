@@ -132,3 +132,44 @@ def test_serve_json_lines_carry_the_callers_trace_id_without_an_sdk(tmp_path: Pa
     access = {line.get("task_id"): line for line in lines if line["logger"] == "relaykit.access"}
     assert access[traced_id]["trace_id"] == trace_id, access
     assert "trace_id" not in access[untraced_id], access
+
+
+SECRET = "sk-live-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+
+
+async def test_a_logged_validation_error_shows_no_input_value(caplog: Any) -> None:
+    """An unexpected error's traceback is logged, and a pydantic ValidationError in it names the bad field and what
+    was wrong, never the value: here an agent puts the caller's text where an A2A model refuses it (on main the
+    log read ``input_value='sk-live-…'``). The JSON line has the traceback too, as clean; the caller's error is as
+    before."""
+    from relaykit import agent
+    from relaykit.http._app import create_app
+    from relaykit.testing import StreamingASGITransport
+    from relaykit.types import TaskStatus
+
+    @agent
+    async def strict(context: Any) -> str:
+        TaskStatus.model_validate({"state": context.text})  # the caller's text is no state
+        return "unreachable"
+
+    app = create_app(strict, store="memory")
+    await app.state.relaykit.start()
+    try:
+        transport = StreamingASGITransport(app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://relaykit.test", timeout=10.0) as http:
+            with caplog.at_level(logging.ERROR):
+                r = await http.post(
+                    "/", json=_rpc("SendMessage", _message(SECRET, "m-1")), headers={"A2A-Version": "1.0"}
+                )
+        failed = r.json()["result"]["task"]
+    finally:
+        await app.state.relaykit.stop()
+    assert failed["status"]["state"] == "TASK_STATE_FAILED"
+    logged = [record for record in caplog.records if record.exc_info]
+    assert logged, "the executor's error was not logged"
+    formatted = caplog.text + "".join(JSONFormatter().format(record) for record in logged)
+    assert SECRET not in formatted
+    assert "ValidationError" in formatted  # what went wrong, and where
+    assert "state" in formatted
+    assert "[type=enum]" in formatted
+    assert SECRET not in json.dumps(failed["status"])

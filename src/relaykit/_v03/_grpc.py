@@ -58,7 +58,12 @@ Json = dict[str, Any]
 
 
 def _dict(message: ProtoMessage) -> Json:
-    out: Json = json_format.MessageToDict(message)
+    try:
+        out: Json = json_format.MessageToDict(message)
+    except json_format.SerializeToJsonError as exc:
+        # NaN or an infinity in a Struct (metadata, a data part), which JSON cannot carry: a ValueError, as from the
+        # 1.0 codec (relaykit._proto), so the binding answers INVALID_ARGUMENT rather than INTERNAL.
+        raise ValueError(str(exc)) from None
     return out
 
 

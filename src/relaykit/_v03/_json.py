@@ -233,7 +233,7 @@ def auth_in(auth: Any, at: tuple[str, ...]) -> Any:
         schemes = []
     elif not isinstance(schemes, list):
         line: InitErrorDetails = {"type": "list_type", "loc": (*at, "schemes"), "input": schemes}
-        raise ValidationError.from_exception_data("authentication", [line])
+        raise ValidationError.from_exception_data("authentication", [line], hide_input=True)
     out: Json = {"scheme": schemes[0] if schemes else ""}
     if auth.get("credentials"):
         out["credentials"] = auth["credentials"]

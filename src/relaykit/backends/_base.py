@@ -9,6 +9,9 @@ Every implementation (memory, SQLite, PostgreSQL; local bus, Redis) passes the s
   ``ConflictError`` and changes nothing. A successful write bumps the record's ``version`` in place.
 * ``list`` orders by ``status.timestamp`` descending, ties by id descending, with an opaque keyset cursor.
 * A write is atomic: after a crash a task is either as it was or as it was written, never half-written.
+* A stored task that cannot be decoded (written by a release that accepted what this one refuses, or damaged) is
+  ``InternalError`` "cannot be read" when read by id (``stored_task``), and left out of ``list`` pages
+  (``_paging.listed_tasks``): one bad row never hides the owner's other tasks. Either is logged by task id only.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
 from relaykit._enums import Role, TaskState
+from relaykit._errors import InternalError
 from relaykit._ids import new_id
 from relaykit._model import utc_now
 from relaykit._types import Message, Part, Task, TaskPushNotificationConfig, TaskStatus
@@ -46,6 +50,7 @@ __all__ = [
     "failed_orphan",
     "failed_status",
     "from_epoch",
+    "stored_task",
 ]
 
 log = logging.getLogger("relaykit.store")
@@ -168,6 +173,24 @@ class TaskStore(Protocol):
         """Delete terminal tasks (``interrupted=True``: INPUT_REQUIRED / AUTH_REQUIRED ones instead) whose status
         timestamp is older than ``before``; returns the count. ``purged`` (when given) receives the
         ``(tenant, owner, task id)`` of each task deleted (so their push configs can go with them)."""
+
+
+def stored_task(task_id: str, body: bytes | str) -> Task:
+    """The task a store read for ``task_id``, decoded from ``body`` (its stored ProtoJSON).
+
+    A body that does not decode is ``InternalError`` naming the task, never its content, and is logged here, once
+    per read, by task id and the error's type: the caller learns the task exists and cannot be read, not a bare 500.
+
+    >>> stored_task("t-1", b'{"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}').id
+    't-1'
+    """
+    try:
+        return Task.from_json(body)
+    except (ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
+        log.warning("task %s: its stored body cannot be read (%s)", task_id, type(exc).__name__)
+        raise InternalError(
+            f"task {task_id} is stored in a form this server cannot read (written by another release, or damaged)"
+        ) from None
 
 
 def failed_status(reason: str) -> TaskStatus:

@@ -4,12 +4,15 @@ The cursor is ``(status timestamp in µs, task id)`` of a page's last task, opaq
 token that does not decode to one the stores can look up (a timestamp in BIGINT range, an id without NUL) is a
 client error (``PageTokenError``), raised before any store sees it. ``listed_task`` drops what the page does not carry
 (artifacts, history beyond ``historyLength``) from the parsed JSON before validation: validating a part costs far
-more than parsing it, so a listed task costs what the page returns.
+more than parsing it, so a listed task costs what the page returns. A stored task that cannot be read is left out
+of its page (``listed_tasks``, logged by id): the owner still lists the others, and the cursor moves past it.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +21,9 @@ import pydantic_core
 from relaykit._types import Task
 from relaykit.backends._base import PageTokenError
 
-__all__ = ["decode_token", "dropped_fields", "encode_token", "listed_task", "sort_key", "timestamp_us"]
+__all__ = ["decode_token", "dropped_fields", "encode_token", "listed_task", "listed_tasks", "sort_key", "timestamp_us"]
+
+log = logging.getLogger("relaykit.store")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The stores keep the status timestamp as a signed 64-bit integer (SQLite INTEGER, PostgreSQL BIGINT); a status
@@ -77,3 +82,20 @@ def listed_task(body: bytes | str, history_length: int | None, include_artifacts
     if history_length is not None and history and len(history) > history_length:
         data["history"] = history[len(history) - history_length :] if history_length else []
     return Task.model_validate(data)
+
+
+def listed_tasks(
+    rows: Iterable[tuple[str, bytes | str]], history_length: int | None, include_artifacts: bool
+) -> list[Task]:
+    """``listed_task`` of each ``(task id, stored body)`` of a page, leaving out (and logging the ids of) the tasks
+    that cannot be read: one unreadable row must not make the whole listing fail."""
+    tasks: list[Task] = []
+    unreadable: list[str] = []
+    for task_id, body in rows:
+        try:
+            tasks.append(listed_task(body, history_length, include_artifacts))
+        except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+            unreadable.append(task_id)
+    if unreadable:
+        log.warning("ListTasks left out %d stored task(s) it cannot read: %s", len(unreadable), ", ".join(unreadable))
+    return tasks

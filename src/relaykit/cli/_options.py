@@ -1,6 +1,6 @@
 """The option groups ``relaykit serve`` and ``relaykit worker`` share: durations, cluster, push, observability,
-HTTP limits and per-principal quotas, each an ``add_…`` for the parser and a reader that turns the flags into what
-``relaykit.assembly`` takes."""
+HTTP limits, task limits and per-principal quotas, each an ``add_…`` for the parser and a reader that turns the flags
+into what ``relaykit.assembly`` takes."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ __all__ = [
     "add_observability_options",
     "add_push_options",
     "add_quota_options",
+    "add_task_limit_options",
+    "byte_count",
     "http_limits",
     "parse_duration",
     "push_kwargs",
@@ -26,6 +28,7 @@ __all__ = [
     "seconds",
     "seconds_or_zero",
     "setup_observability",
+    "task_limits",
 ]
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw]?)$")
@@ -57,6 +60,17 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if value != value or value in (float("inf"), float("-inf")):
         raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+    return value
+
+
+def byte_count(text: str) -> int:
+    """A number of bytes, 0 or more (``--max-history-bytes``): argparse's error otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of bytes, 0 or more, not {text!r}")
     return value
 
 
@@ -200,6 +214,36 @@ def add_http_limit_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="open connections cap (default 1000, lowered to fit the open-file limit); 0 turns the limits off",
     )
+
+
+def add_task_limit_options(p: argparse.ArgumentParser) -> None:
+    """What one task may grow to (``assemble``'s ``max_history_bytes`` and ``max_artifact_bytes``; docs/limits.md);
+    0 turns one off. Not given: ``assemble``'s defaults, the one place they are written."""
+    p.add_argument(
+        "--max-history-bytes",
+        type=byte_count,
+        default=None,
+        metavar="BYTES",
+        help="a task's history (ProtoJSON bytes) that follow-up messages may grow it to; past it a follow-up is "
+        "refused (default 16 MiB; 0: no limit)",
+    )
+    p.add_argument(
+        "--max-artifact-bytes",
+        type=byte_count,
+        default=None,
+        metavar="BYTES",
+        help="artifact bytes an agent may publish on one live task; past it the task fails (default 64 MiB; 0: no "
+        "limit)",
+    )
+
+
+def task_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The task limits of ``assemble`` the flags set (the others left to its defaults)."""
+    chosen = {
+        "max_history_bytes": getattr(args, "max_history_bytes", None),
+        "max_artifact_bytes": getattr(args, "max_artifact_bytes", None),
+    }
+    return {name: value for name, value in chosen.items() if value is not None}
 
 
 def add_quota_options(p: argparse.ArgumentParser) -> None:

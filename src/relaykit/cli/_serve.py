@@ -33,6 +33,7 @@ from relaykit.cli._options import (
     add_observability_options,
     add_push_options,
     add_quota_options,
+    add_task_limit_options,
     http_limits,
     parse_duration,
     push_kwargs,
@@ -40,6 +41,7 @@ from relaykit.cli._options import (
     seconds,
     seconds_or_zero,
     setup_observability,
+    task_limits,
 )
 from relaykit.cli._security import (
     add_security_options,
@@ -112,6 +114,7 @@ def add_serve_parser(sub: Any) -> None:
     p.add_argument("--keepalive", type=seconds, default=15.0, help="SSE keep-alive comment interval (seconds)")
     p.add_argument("--inspector", action="store_true", help="serve the web inspector at /inspector/")
     add_http_limit_options(p)
+    add_task_limit_options(p)
     add_quota_options(p)
     add_cluster_options(p)
     add_security_options(p)
@@ -206,6 +209,7 @@ def _assemble(target: Any, args: argparse.Namespace) -> Any:
             metrics=metrics,
             telemetry=telemetry,
             quotas=quotas_from(args),
+            **task_limits(args),
             **push_kwargs(args),
             **security_kwargs(args),
         )

@@ -17,6 +17,7 @@ from relaykit.cli._options import (
     add_observability_options,
     add_push_options,
     add_quota_options,
+    add_task_limit_options,
     seconds,
     seconds_or_zero,
     setup_observability,
@@ -44,6 +45,9 @@ def add_worker_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--metrics-port", type=int, default=None, metavar="PORT", help="GET /metrics on this port")
     p.add_argument("--metrics-host", default="127.0.0.1", help="the address --metrics-port listens on")
     add_cluster_options(p)
+    # The same task limits as the API replicas: a worker runs the executions (artifacts) and starts the follow-ups
+    # that waited (their history is checked again then).
+    add_task_limit_options(p)
     # The same quotas as the API replicas: a worker releases the executions and queued messages they counted.
     add_quota_options(p)
     p.add_argument(

@@ -13,7 +13,7 @@ Invariants (both services, 1.0 and 0.3, every rpc):
   interpreter's switch interval; ``MAX_FIELDS`` fields parse in ~20 ms.
 
 A field is one tag on the wire: a submessage, a map entry, a list item, a scalar (repeated or not: a singular field
-sent a million times costs the parser a million times). ``MAX_FIELDS`` equals the JSON bindings' ``MAX_JSON_OBJECTS``:
+sent a million times costs the parser a million times). ``MAX_FIELDS`` equals the JSON bindings' ``MAX_JSON_VALUES``:
 a 1,000-part message with a few fields per part holds ~5,000, and a message of a few large parts (files, long texts)
 a handful whatever its size.
 """
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from relaykit._errors import PayloadTooLargeError
-from relaykit._input import MAX_JSON_OBJECTS
+from relaykit._input import MAX_JSON_VALUES
 
 __all__ = ["MAX_FIELDS", "OFF_LOOP_BYTES", "count_fields", "decode_large"]
 
@@ -37,7 +37,7 @@ T = TypeVar("T")
 # lists in a Struct) took ~40 ms on the loop; at 32 KiB the worst is ~20 ms. A real message that large is a file or
 # a long text, a handful of fields, and pays one thread hop (~0.1 ms).
 OFF_LOOP_BYTES = 32 * 1024
-MAX_FIELDS = MAX_JSON_OBJECTS
+MAX_FIELDS = MAX_JSON_VALUES
 _MAX_DEPTH = 100  # upb refuses messages nested deeper: past it the count leaves the rest to the parser
 
 

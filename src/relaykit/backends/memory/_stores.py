@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Final
 
 from relaykit._enums import TaskState
-from relaykit._types import Task, TaskPushNotificationConfig
+from relaykit._types import TaskPushNotificationConfig
 from relaykit.backends._base import (
     Claim,
     ConflictError,
@@ -28,8 +28,9 @@ from relaykit.backends._base import (
     TaskRecord,
     failed_orphan,
     from_epoch,
+    stored_task,
 )
-from relaykit.backends._paging import decode_token, encode_token, listed_task, timestamp_us
+from relaykit.backends._paging import decode_token, encode_token, listed_tasks, timestamp_us
 
 __all__ = ["MemoryPushConfigStore", "MemoryPushOutbox", "MemoryTaskStore"]
 
@@ -117,7 +118,7 @@ class MemoryTaskStore:
         if row is None:
             return None
         body = row[_BODY]
-        return TaskRecord(Task.from_json(body), row[_TENANT], row[_OWNER], row[_VERSION], row[_SEQ], read=body)
+        return TaskRecord(stored_task(task_id, body), row[_TENANT], row[_OWNER], row[_VERSION], row[_SEQ], read=body)
 
     async def save(self, record: TaskRecord) -> None:
         self._write(record)
@@ -163,7 +164,9 @@ class MemoryTaskStore:
         page = matches[start : start + query.page_size]
         more = start + query.page_size < len(matches)
         return ListPage(
-            tasks=[listed_task(row[_BODY], query.history_length, query.include_artifacts) for _, row in page],
+            tasks=listed_tasks(
+                ((key[1], row[_BODY]) for key, row in page), query.history_length, query.include_artifacts
+            ),
             next_page_token=encode_token(page[-1][0]) if more and page else "",
             total_size=len(matches),
         )
@@ -230,7 +233,7 @@ class MemoryTaskStore:
         version = row[_VERSION] + 1
         kept = request if request is not None else row[_REQUEST]
         row = self._rows[task_id] = (*row[:_VERSION], version, row[_SEQ], worker, kept)
-        record = TaskRecord(Task.from_json(row[_BODY]), row[_TENANT], row[_OWNER], version, row[_SEQ])
+        record = TaskRecord(stored_task(task_id, row[_BODY]), row[_TENANT], row[_OWNER], version, row[_SEQ])
         record.request = kept
         return Claim(record, previous)
 
