@@ -379,9 +379,17 @@ def test_credentials_in_the_url_are_not_printed(cli: Cli, examples: dict[str, st
         assert "***@127.0.0.1" in result.stderr
 
 
-def test_a_token_over_plain_http_to_a_remote_host_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    """Exit 2 before anything is sent (192.0.2.10 is TEST-NET: nothing there would answer)."""
-    assert main(["get", "http://192.0.2.10:8000", "TASK", "--token", "s3cret", "--timeout", "1"]) == 2
+@pytest.mark.parametrize(
+    "credential",
+    [("--token", "s3cret"), ("-H", "X-Auth-Token: s3cret"), ("-H", "X-Upstream-Secret: s3cret")],
+    ids=["token", "x-auth-token", "x-upstream-secret"],
+)
+def test_a_token_over_plain_http_to_a_remote_host_is_refused(
+    credential: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2 before anything is sent (192.0.2.10 is TEST-NET: nothing there would answer), for ``--token`` and for a
+    header of the caller's naming that holds a credential."""
+    assert main(["get", "http://192.0.2.10:8000", "TASK", *credential, "--timeout", "1"]) == 2
     err = capsys.readouterr().err
     assert "--insecure-credentials" in err
     assert "s3cret" not in err

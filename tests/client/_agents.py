@@ -11,6 +11,17 @@ as ``_sdk_server.py``:
   'fail' / 'reject' / 'auth' -> FAILED / REJECTED / AUTH_REQUIRED with a status message
   'silent'              -> returns without publishing anything (the caller gets InvalidAgentResponseError)
 
+and, relaykit only (in-task authorization, digest §7.4):
+
+  'calendar'            -> AUTH_REQUIRED 'Calendar access needed: send a token in X-Calendar-Token'
+  a follow-up on an AUTH_REQUIRED task -> COMPLETED 'calendar: 3 meetings' when its request carries the header
+                           X-Calendar-Token: CALENDAR_TOKEN, else AUTH_REQUIRED again 'that is no calendar token'
+
+``kitchen_app`` also has the out-of-band side of that: ``POST /test/grant/{task_id}`` does what an agent's OAuth
+callback would, the credential reaching the agent by another way than the client: it continues the task with the
+token (a message whose request carries it). With ``?after_subscribe=1`` it first waits (bounded) until a client has
+subscribed to the task, so a test can have a client waiting before the task moves on.
+
 ``strict_app``: the kitchen with a card that requires the extension ``REQUIRED_EXTENSION`` and advertises an
 extended card without configuring one (ExtensionSupportRequiredError / ExtendedAgentCardNotConfiguredError).
 
@@ -35,19 +46,26 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
 from relaykit import AgentExecutor, Message, RequestContext, TaskState, TaskUpdater
 from relaykit import errors as rk_errors
 from relaykit._card import AgentCapabilities, AgentCard, AgentExtension, AgentSkill
 from relaykit.auth import APIKeyAuthenticator, Auth
 from relaykit.http import create_app
-from relaykit.server import EventQueue
+from relaykit.server import CallContext, EventQueue
 from relaykit.server._handler import RequestHandler
+from relaykit.types import SendMessageConfiguration, SendMessageRequest
 
 PUBLIC_URL = os.environ.get("RELAYKIT_TEST_PUBLIC_URL", "http://127.0.0.1:8000")
 REQUIRED_EXTENSION = "urn:relaykit-test:required/v1"
 MAX_BODY = 256 * 1024
 STREAM_RE = re.compile(r"^stream (\d+)(?: (\d+))?")
 SLOW_RE = re.compile(r"^slow (\d+)")
+CALENDAR_TOKEN = "calendar-token-7"  # the credential the 'calendar' task needs (header X-Calendar-Token)
+GRANT_WAIT = 10.0  # seconds the grant route waits for a client to subscribe, when told to
 
 
 class Kitchen(AgentExecutor):
@@ -65,6 +83,17 @@ class Kitchen(AgentExecutor):
         if task is not None and task.status.state is TaskState.INPUT_REQUIRED:
             await updater.artifact(f"got: {text}", artifact_id="answer", name="answer")
             await updater.complete()
+            return
+        if task is not None and task.status.state is TaskState.AUTH_REQUIRED:
+            # The credential comes with the request (a header the client added, or the out-of-band grant's).
+            if context.call.headers.get("x-calendar-token") == CALENDAR_TOKEN:
+                await updater.artifact("calendar: 3 meetings", artifact_id="answer", name="answer")
+                await updater.complete()
+            else:
+                await updater.requires_auth("that is no calendar token")
+            return
+        if text == "calendar":
+            await updater.requires_auth("Calendar access needed: send a token in X-Calendar-Token")
             return
         if text == "silent":
             return
@@ -165,8 +194,42 @@ class RaisingHandler(RequestHandler):
 # The kitchen accepts anonymous callers and this key; the extended card needs the key (spec §5.13).
 KITCHEN_KEY = "key-123"
 
-_FACTORIES = {
-    "kitchen_app": lambda: create_app(
+
+# Set once a client's subscription to the task is open (it sees every event after that): see ``KitchenHandler``.
+_subscribed: dict[str, asyncio.Event] = {}
+
+
+def _subscription(task_id: str) -> asyncio.Event:
+    return _subscribed.setdefault(task_id, asyncio.Event())
+
+
+class KitchenHandler(RequestHandler):
+    """The kitchen's handler: tells the grant route when a client has subscribed to a task."""
+
+    async def subscribe_to_task(self, request: Any, call: Any, last_event_id: int | None = None) -> Any:
+        items = await super().subscribe_to_task(request, call, last_event_id)
+        _subscription(request.id).set()  # the engine opened the subscription's tap before answering
+        return items
+
+
+async def _grant(request: Request) -> Response:
+    """``POST /test/grant/{task_id}``: the calendar token reaches the agent out of band (module docstring)."""
+    engine = request.app.state.relaykit.engine
+    task_id = request.path_params["task_id"]
+    if request.query_params.get("after_subscribe") == "1":
+        async with asyncio.timeout(GRANT_WAIT):
+            await _subscription(task_id).wait()
+    _subscribed.pop(task_id, None)
+    message = Message.user("calendar access granted", task_id=task_id)
+    configuration = SendMessageConfiguration(return_immediately=True)
+    # The task is the anonymous caller's: the grant continues it as that caller, with the token in its headers.
+    call = CallContext(headers={"x-calendar-token": CALENDAR_TOKEN})
+    await engine.send(SendMessageRequest(message=message, configuration=configuration), call)
+    return Response(status_code=202)
+
+
+def _kitchen_app() -> Any:
+    app = create_app(
         kitchen,
         card=_card("relaykit-kitchen"),
         store="memory",
@@ -182,7 +245,16 @@ _FACTORIES = {
                 ]
             }
         ),
-    ),
+    )
+    # First: the REST binding's tenant routes (``/{tenant}/…``) would take the path otherwise.
+    app.router.routes.insert(0, Route("/test/grant/{task_id}", _grant, methods=["POST"]))
+    # The bindings hold this handler object: giving it the kitchen's class changes what they call, nothing else.
+    app.state.relaykit.handler.__class__ = KitchenHandler
+    return app
+
+
+_FACTORIES = {
+    "kitchen_app": lambda: _kitchen_app(),
     "strict_app": lambda: create_app(
         kitchen,
         card=_card(

@@ -3,7 +3,8 @@ small helpers shared by the test modules.
 
 Servers (each a separate process on 127.0.0.1, see ``support.servers`` and ``_procs.py``):
 
-* ``kitchen_server``: ``relaykit serve tests/client/_agents.py:kitchen_app`` (push on, extended card configured);
+* ``kitchen_server``: ``relaykit serve tests/client/_agents.py:kitchen_app`` (push on, extended card configured, the
+  out-of-band grant route of its in-task authorization);
 * ``sdk_server``: ``python tests/client/_sdk_server.py`` (a2a-sdk 1.3.0, the same behaviour);
 * ``nopush_server``: the kitchen executor served with ``--no-push``;
 * ``strict_server``: ``strict_app`` (a required extension; an extended card advertised but not configured);

@@ -1,5 +1,6 @@
-"""How the client follows a task: ``ask()`` through turns and unfinished replies, the status events a stream must
-deliver, and the bound on resubscribing to a task that never moves.
+"""How the client follows a task: ``ask()`` through turns, in-task authorization (AUTH_REQUIRED resolved by a
+follow-up carrying a credential, or out of band) and unfinished replies, the status events a stream must deliver, and
+the bound on resubscribing to a task that never moves.
 
 Against real relaykit servers (``kitchen_server``, ``timeout_server``: a blocking SendMessage answered after 0.1 s with
 the task as it is) and ``Stub``, a scripted JSON-RPC agent on 127.0.0.1 for what relaykit itself never does (a Message
@@ -12,14 +13,16 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 
+import httpx
 import pytest
 from support.servers import ServerProcess
 
+from client._agents import CALENDAR_TOKEN
 from client._net import MiniHTTP, Request, Response
 from relaykit import Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent
-from relaykit.client import Client, ResumePolicy
+from relaykit.client import Client, Credentials, ResumePolicy
 from relaykit.client._client import Event
-from relaykit.errors import A2AReconnectError, A2ATaskInputRequiredError
+from relaykit.errors import A2AReconnectError, A2ATaskAuthRequiredError, A2ATaskInputRequiredError
 from relaykit.types import (
     AgentCapabilities,
     AgentCard,
@@ -167,6 +170,125 @@ async def test_more_questions_than_max_turns_raise_input_required() -> None:
     assert stub.calls == ["SendMessage"] * 3  # the question, then two answers, the last one's reply looked at
     assert info.value.task.status.state is TaskState.INPUT_REQUIRED
     assert "after 2 turns" in str(info.value)
+
+
+# --- ask(): in-task authorization ------------------------------------------------------------------------------
+
+NEEDED = "Calendar access needed: send a token in X-Calendar-Token"
+
+
+async def test_auth_required_is_resolved_by_a_follow_up_carrying_the_credential(
+    kitchen_server: ServerProcess, binding: str
+) -> None:
+    """``on_auth_required`` sees what the agent needs (the task's status message). A reply without the credential
+    leaves the task AUTH_REQUIRED; ``Credentials`` sends the header with the follow-up, and the agent, finding it on
+    that request, completes the task."""
+    seen: list[str] = []
+
+    async def sign_in(task: Task) -> str | Credentials:
+        assert task.status.state is TaskState.AUTH_REQUIRED
+        assert task.status.message is not None
+        seen.append(task.status.message.text)
+        if len(seen) == 1:
+            return "I have no token"
+        return Credentials({"X-Calendar-Token": CALENDAR_TOKEN}, message="here it is")
+
+    async with asyncio.timeout(T):
+        async with Client(kitchen_server.url, transports=[binding], on_auth_required=sign_in) as client:
+            assert await client.ask("calendar") == "calendar: 3 meetings"
+            assert client.headers["X-Calendar-Token"] == CALENDAR_TOKEN  # sent from then on
+    assert seen == [NEEDED, "that is no calendar token"]
+
+
+async def test_auth_required_unresolved_after_max_turns_raises(kitchen_server: ServerProcess, binding: str) -> None:
+    asked: list[Task] = []
+
+    def no_token(task: Task) -> str:
+        asked.append(task)
+        return "no token"
+
+    async with asyncio.timeout(T):
+        async with Client(kitchen_server.url, transports=[binding], max_turns=2, on_auth_required=no_token) as client:
+            with pytest.raises(A2ATaskAuthRequiredError) as info:
+                await client.ask("calendar")
+    assert len(asked) == 2
+    assert "after 2 turns" in str(info.value)
+    assert info.value.task.status.state is TaskState.AUTH_REQUIRED
+
+
+@pytest.mark.parametrize("follow", ["subscribe", "poll"])
+async def test_auth_required_resolved_out_of_band(kitchen_server: ServerProcess, binding: str, follow: str) -> None:
+    """The handler returns ``None``: the credential reaches the agent another way (the kitchen's grant route, as an
+    OAuth callback would), and ``ask()`` waits for the task to move on by itself, then returns its outcome. When
+    the card says the agent streams, the grant waits until the client follows the task: the client is seen
+    waiting before the task resumes. Otherwise the client polls GetTask."""
+    grants: list[asyncio.Task[httpx.Response]] = []
+    async with asyncio.timeout(T), httpx.AsyncClient(timeout=T) as http:
+
+        def granted_elsewhere(task: Task) -> None:
+            assert task.status.message is not None
+            assert task.status.message.text == NEEDED
+            url = f"{kitchen_server.url}/test/grant/{task.id}"
+            params = {"after_subscribe": "1"} if follow == "subscribe" else {}
+            grants.append(asyncio.create_task(http.post(url, params=params)))
+
+        async with Client(kitchen_server.url, transports=[binding]) as resolver:
+            card = resolver.card
+        assert card is not None
+        assert card.capabilities.streaming
+        if follow == "poll":
+            card = card.model_copy(update={"capabilities": AgentCapabilities(streaming=False)})
+        async with Client(card=card, transports=[binding], resume=FAST, on_auth_required=granted_elsewhere) as client:
+            assert await client.ask("calendar") == "calendar: 3 meetings"
+        assert len(grants) == 1
+        assert (await grants[0]).status_code == 202
+
+
+async def test_waiting_out_of_band_stops_at_a_new_interruption() -> None:
+    """A task that moved on and was interrupted anew before the client subscribed shows another status than the one
+    waited out: that is the next stop (the handler is asked again), not a snapshot to wait past."""
+    asked_again = Message(role=Role.AGENT, message_id="m-again", parts=[Part(text="Sign in again")])
+    again = Task(id=TASK, context_id=CONTEXT, status=TaskStatus(state=TaskState.AUTH_REQUIRED, message=asked_again))
+    script: dict[str, list[Answer]] = {
+        "SendMessage": [
+            _sent(_task(TaskState.AUTH_REQUIRED, text="Sign in")),
+            _sent(_task(TaskState.COMPLETED, artifact="done")),
+        ],
+        "SubscribeToTask": [[again]],
+    }
+    seen: list[str] = []
+    replies: list[str | None] = [None, "I decline"]
+
+    def handler(task: Task) -> str | None:
+        assert task.status.message is not None
+        seen.append(task.status.message.text)
+        return replies[len(seen) - 1]
+
+    async with (
+        asyncio.timeout(T),
+        Stub(script, streaming=True) as stub,
+        Client(stub.url, resume=FAST, on_auth_required=handler) as client,
+    ):
+        assert await client.ask("hello") == "done"
+    assert seen == ["Sign in", "Sign in again"]
+    assert stub.calls == ["SendMessage", "SubscribeToTask", "SendMessage"]
+
+
+async def test_an_auth_handler_returning_bare_headers_is_told_what_to_return() -> None:
+    script: dict[str, list[Answer]] = {"SendMessage": [_sent(_task(TaskState.AUTH_REQUIRED, text="Sign in"))]}
+
+    def headers_only(task: Task) -> object:
+        return {"X-Calendar-Token": "t"}
+
+    async with (
+        asyncio.timeout(T),
+        Stub(script, streaming=False) as stub,
+        Client(stub.url, on_auth_required=headers_only) as client,  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError, match=r"Credentials\(headers"):
+            await client.ask("hello")
+        assert "X-Calendar-Token" not in client.headers
+    assert stub.calls == ["SendMessage"]  # nothing sent for it
 
 
 # --- ask(): a reply that is not the end ----------------------------------------------------------------------

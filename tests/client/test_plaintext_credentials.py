@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from typing import Any
 
 import httpx
 import pytest
 
 from relaykit.client import APIKeyAuth, BearerAuth, Client, RetryPolicy
 from relaykit.client._card import grpc_available
+from relaykit.client._plaintext import CredentialGuard
 from relaykit.errors import A2AError, A2AInsecureCredentialsError
 from relaykit.types import AgentCard, AgentInterface, SecurityScheme
 from relaykit.types import APIKeySecurityScheme as APIKey
@@ -136,3 +138,83 @@ async def test_loopback_tls_and_the_opt_in_are_not_refused() -> None:
     await recorder.http.aclose()
     assert [str(r.url.host) for r in recorder.sent] == ["127.0.0.1", "localhost", "::1", "192.0.2.10", "192.0.2.10"]
     assert all(r.headers["authorization"] == "Bearer s3cret" for r in recorder.sent)
+
+
+# --- headers of the caller's own naming ------------------------------------------------------------------------
+
+# Credentials in headers the caller names: the usual ones, and names holding a credential's words in any case.
+CUSTOM = ["X-Auth-Token", "x-access-token", "X-ApiKey", "Api_Key", "X-Client-Secret", "X-Password", "Session-Id",
+          "X-Credentials", "Cookie", "Proxy-Authorization"]  # fmt: skip
+# Headers that carry no credential, relaykit's own among them: never refused.
+BENIGN = ["X-Request-Id", "A2A-Version", "A2A-Extensions", "traceparent", "tracestate", "baggage", "Accept",
+          "Content-Type", "Last-Event-ID", "User-Agent", "X-Correlation-Id"]  # fmt: skip
+
+
+class Header:
+    """An interceptor adding one header: checked per request, not at connect as fixed headers are."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def headers(self, operation: str) -> Mapping[str, str]:
+        return {self.name: "s3cret"}
+
+
+def test_which_header_names_count_as_credentials() -> None:
+    guard = CredentialGuard(REMOTE, ["x-agent-key"])
+    assert [name for name in [*CUSTOM, "X-AGENT-KEY"] if not guard.refuses(name)] == []
+    assert [name for name in BENIGN if guard.refuses(name)] == []
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+@pytest.mark.parametrize("name", CUSTOM)
+async def test_a_custom_credential_header_is_refused_over_http(binding: str, name: str) -> None:
+    recorder = Recorder()
+    async with asyncio.timeout(T):
+        fixed = Client(card=_card(binding, REMOTE + "/"), http=recorder.http, headers={name: "s3cret"})
+        with pytest.raises(A2AInsecureCredentialsError) as refused:
+            await _first_call(fixed)
+        added = Client(card=_card(binding, REMOTE + "/"), http=recorder.http, interceptors=[Header(name)])
+        with pytest.raises(A2AInsecureCredentialsError):
+            await _first_call(added)
+    await recorder.http.aclose()
+    assert recorder.sent == []
+    assert name in refused.value.message
+    assert "s3cret" not in refused.value.message
+
+
+@pytest.mark.skipif(not grpc_available(), reason="grpcio is an optional extra")
+@pytest.mark.parametrize("name", CUSTOM)
+async def test_a_custom_credential_header_is_refused_as_grpc_metadata(name: str) -> None:
+    async with asyncio.timeout(T):
+        fixed = Client(card=_card("GRPC", "192.0.2.10:50051"), transports=["GRPC"], headers={name: "s3cret"})
+        with pytest.raises(A2AInsecureCredentialsError):
+            await _first_call(fixed)
+        added = Client(card=_card("GRPC", "192.0.2.10:50051"), transports=["GRPC"], interceptors=[Header(name)])
+        async with added:
+            with pytest.raises(A2AInsecureCredentialsError):
+                await added.send("hello")
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_a_benign_custom_header_goes_over_plain_http(binding: str) -> None:
+    recorder = Recorder()
+    once = RetryPolicy(attempts=1)
+    headers = {"X-Request-Id": "r-1", "X-Correlation-Id": "c-1"}
+    async with asyncio.timeout(T):
+        async with Client(card=_card(binding, REMOTE + "/"), http=recorder.http, headers=headers, retry=once) as client:
+            with pytest.raises(A2AError) as failed:  # nothing listens at TEST-NET: the request was made
+                await client.get_task("t-1")
+    await recorder.http.aclose()
+    assert not isinstance(failed.value, A2AInsecureCredentialsError)
+    assert [r.headers["x-request-id"] for r in recorder.sent] == ["r-1"]
+
+
+@pytest.mark.skipif(not grpc_available(), reason="grpcio is an optional extra")
+async def test_a_benign_custom_header_goes_as_plaintext_grpc_metadata() -> None:
+    options: dict[str, Any] = {"transports": ["GRPC"], "timeout": 1.0, "retry": RetryPolicy(attempts=1)}
+    async with asyncio.timeout(T):
+        async with Client(card=_card("GRPC", "192.0.2.10:50051"), headers={"X-Request-Id": "r-1"}, **options) as client:
+            with pytest.raises(A2AError) as failed:  # nothing answers at TEST-NET: the call was made, and failed
+                await client.get_task("t-1")
+    assert not isinstance(failed.value, A2AInsecureCredentialsError)

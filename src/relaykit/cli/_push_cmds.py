@@ -32,7 +32,7 @@ from relaykit.backends._base import DeliveryHealth, from_epoch
 from relaykit.backends._url import sqlite_path
 from relaykit.cli._args import add_credentials, request_headers, tls_options
 from relaykit.client import tls_verify
-from relaykit.client._plaintext import CREDENTIAL_HEADERS, guard
+from relaykit.client._plaintext import guard
 from relaykit.client._urls import redact_url, scrub
 from relaykit.push._status import STATUS_PATH, status_json
 
@@ -86,7 +86,7 @@ def _from_server(args: argparse.Namespace, url: str, task_id: str) -> int:
         return EXIT_USAGE
     endpoint = url.rstrip("/") + STATUS_PATH.format(task_id=quote(task_id, safe=""))
     # The client's rule (relaykit.client._plaintext): no credential in clear to a host that is not loopback.
-    exposed = guard(endpoint, url[:8].lower() == "https://", CREDENTIAL_HEADERS, allowed=args.insecure_credentials)
+    exposed = guard(endpoint, url[:8].lower() == "https://", allowed=args.insecure_credentials)
     if exposed is not None:
         try:
             exposed.check(headers)

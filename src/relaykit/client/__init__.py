@@ -7,7 +7,11 @@
 ...         async for event in client.stream("stream me"):
 ...             print(event)
 
-Trust: ``Client(card_verifier=CardSignatureVerifier(...))`` refuses an agent card whose signature does not verify;
+Human in the loop: ``Client(on_input_required=…, on_auth_required=…)`` lets ``ask()`` answer a question and resolve
+an in-task authorization (a reply, ``Credentials`` to send, or a wait while the credential arrives out of band).
+
+Trust: ``Client(card_verifier=CardSignatureVerifier(...))`` refuses an agent card, public or extended, whose
+signature does not verify;
 credentials are never sent without TLS to a host that is not loopback unless ``allow_insecure_credentials=True``;
 URLs in error messages have their userinfo and query values masked.
 """
@@ -23,6 +27,7 @@ from relaykit.client._card import (
 )
 from relaykit.client._card_trust import CardSignatureVerifier, CardVerifier, card_keys
 from relaykit.client._client import Client
+from relaykit.client._interrupts import Credentials
 from relaykit.client._policies import ResumePolicy, RetryPolicy
 from relaykit.client._tls import tls_verify
 from relaykit.client._transport import ClientTransport, JSONRPCTransport, RESTTransport
@@ -35,6 +40,7 @@ __all__ = [
     "CardVerifier",
     "Client",
     "ClientTransport",
+    "Credentials",
     "Interceptor",
     "JSONRPCTransport",
     "OAuth2ClientCredentials",

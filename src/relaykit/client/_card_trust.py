@@ -7,7 +7,9 @@ Rules:
   kept). It refuses the card by raising (or by returning ``False``); the client then fails with
   ``A2AInvalidCardError`` (an ``A2AError`` the verifier raises is kept as it is) and sends the agent nothing.
   ``Client(card_verifier=…)`` and ``CardResolver(verifier=…)`` run it on every card they fetch, before it is cached
-  or used.
+  or used: the client on the public card and on the extended one (GetExtendedAgentCard) alike. Over gRPC the
+  extended card arrives as protobuf, and ``received`` is that message's ProtoJSON (``GrpcTransport.call_received``
+  says why that is sound).
 * Signatures are checked on what was received: ``verify_card(..., received=...)`` canonicalises that JSON object
   (RFC 8785) as well as the parsed card, so members this client does not model (a newer spec's, a vendor's), which
   the parsed card drops, are covered by the signature and cannot be forged around it.
@@ -39,8 +41,10 @@ CardVerifier = Callable[[AgentCard, Mapping[str, Any]], Awaitable[object] | obje
 """``(card, received JSON object) -> None``, sync or async; raise (or return ``False``) to refuse the card."""
 
 
-async def run_verifier(verifier: CardVerifier, card: AgentCard, received: Mapping[str, Any], where: str) -> None:
-    """Run ``verifier`` on the card fetched from ``where``; a refusal becomes ``A2AInvalidCardError``."""
+async def run_verifier(
+    verifier: CardVerifier, card: AgentCard, received: Mapping[str, Any], where: str, *, what: str = "the agent card"
+) -> None:
+    """Run ``verifier`` on ``what`` (a card) fetched from ``where``; a refusal becomes ``A2AInvalidCardError``."""
     shown = redact_url(where)
     try:
         outcome = verifier(card, received)
@@ -50,9 +54,9 @@ async def run_verifier(verifier: CardVerifier, card: AgentCard, received: Mappin
         raise
     except Exception as exc:
         detail = scrub(str(exc)) or type(exc).__name__
-        raise A2AInvalidCardError(f"the agent card at {shown} was refused by the card verifier: {detail}") from exc
+        raise A2AInvalidCardError(f"{what} at {shown} was refused by the card verifier: {detail}") from exc
     if outcome is False:
-        raise A2AInvalidCardError(f"the agent card at {shown} was refused by the card verifier")
+        raise A2AInvalidCardError(f"{what} at {shown} was refused by the card verifier")
 
 
 class CardSignatureVerifier:

@@ -9,18 +9,21 @@ Behaviour a caller relies on:
   attempts exhausted ⇒ ``A2AReconnectError(attempts=N)``;
 * idempotent operations retry on connection errors and 502/503/504; SendMessage only when ``retry_send`` is on
   (same messageId, for servers that de-duplicate it);
-* ``ask()`` follows a task to its end, answering INPUT_REQUIRED through ``on_input_required`` when given, and raises
-  ``A2ATaskFailedError`` / ``A2ATaskRejectedError`` / ``A2ATaskAuthRequiredError`` / ``A2ATaskInputRequiredError``
-  (all in ``relaykit.errors``) for those outcomes;
-* a fetched card goes through ``card_verifier`` (``_card_trust``) before anything else reads it;
+* ``ask()`` follows a task to its end, answering INPUT_REQUIRED through ``on_input_required`` and resolving
+  AUTH_REQUIRED through ``on_auth_required`` when given (``_interrupts``), and raises ``A2ATaskFailedError`` /
+  ``A2ATaskRejectedError`` / ``A2ATaskAuthRequiredError`` / ``A2ATaskInputRequiredError`` (all in
+  ``relaykit.errors``) for those outcomes;
+* a fetched card, the public one and the extended one alike, goes through ``card_verifier`` (``_card_trust``), on
+  its JSON as received, before anything else reads it;
 * credentials never go without TLS to a host that is not loopback, on any binding, unless
   ``allow_insecure_credentials`` (``_plaintext``: decided once per connection, so a TLS or loopback client checks
   nothing per call);
 * URLs in messages and reprs are redacted (``_urls``).
 
 Modules: this one holds ``Client`` (and re-exports the policies); ``_resume`` the loop that resumes a dropped stream;
-``_stream_view`` ``StreamView``, the de-duplication that makes a resumed stream one stream; ``_policies``
-``RetryPolicy`` / ``ResumePolicy`` and what counts as retryable; ``_card`` the card and the transport preferences.
+``_stream_view`` ``StreamView``, the de-duplication that makes a resumed stream one stream; ``_interrupts`` what the
+human-in-the-loop handlers may return; ``_policies`` ``RetryPolicy`` / ``ResumePolicy`` and what counts as
+retryable; ``_card`` the card and the transport preferences.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
-import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -62,15 +64,24 @@ from relaykit._requests import (
     SubscribeToTaskRequest,
 )
 from relaykit._state import ACTIVE, apply
-from relaykit._types import AuthenticationInfo, Message, Part, SendMessageResponse, Task, TaskPushNotificationConfig
+from relaykit._types import (
+    AuthenticationInfo,
+    Message,
+    Part,
+    SendMessageResponse,
+    Task,
+    TaskPushNotificationConfig,
+    TaskStatus,
+)
 from relaykit._v03 import is_v03
 from relaykit.client._auth import APIKeyAuth, Interceptor, TraceContext
 from relaykit.client._card import DEFAULT_TRANSPORTS, CardResolver, card_url, choose_interface, grpc_available
-from relaykit.client._card_trust import CardVerifier
-from relaykit.client._plaintext import CREDENTIAL_HEADERS, CredentialGuard, guard
+from relaykit.client._card_trust import CardVerifier, run_verifier
+from relaykit.client._interrupts import AuthHandler, AuthReply, Credentials, InputHandler, call_handler
+from relaykit.client._plaintext import CredentialGuard, guard
 from relaykit.client._policies import ResumePolicy, RetryPolicy, retryable
 from relaykit.client._resume import aclose_stream, resume_stream
-from relaykit.client._stream_view import Event
+from relaykit.client._stream_view import Event, same_status
 from relaykit.client._tls import tls_verify
 from relaykit.client._transport import (
     MAX_RESPONSE_BYTES,
@@ -84,7 +95,6 @@ from relaykit.telemetry import client_span, client_tracer, span_current, start_c
 
 __all__ = ["Client", "ResumePolicy", "RetryPolicy"]
 
-InputHandler = Callable[[Task], Awaitable[Message | str] | Message | str]
 # Consulted when a retried call fails: a result that stands for the call's success, or None (the error stands).
 _Recovery = Callable[[A2AError], Awaitable[Any]]
 
@@ -122,7 +132,8 @@ class Client:
     ...         return await client.ask("hello")
 
     ``allow_insecure_credentials`` (off): credentials (an ``Authorization``, ``Proxy-Authorization``, ``Cookie`` or
-    ``X-API-Key`` header, an ``APIKeyAuth`` header or a card's API-key header, a URL's userinfo) are refused with
+    ``X-API-Key`` header, an ``APIKeyAuth`` header or a card's API-key header, any header whose name holds token,
+    api-key, apikey, secret, password, auth, session or credential, a URL's userinfo) are refused with
     ``A2AInsecureCredentialsError`` before they would go without TLS (``http://``, plaintext gRPC) to a host that is
     not loopback, on every binding and for the card request too. Loopback (``localhost``, ``127.0.0.1``, ``::1``)
     is never refused; set it for a plaintext agent on another host you accept to expose the credential to (a
@@ -147,6 +158,7 @@ class Client:
         retry: RetryPolicy = _DEFAULT_RETRY,
         resume: ResumePolicy = _DEFAULT_RESUME,
         on_input_required: InputHandler | None = None,
+        on_auth_required: AuthHandler | None = None,
         input_timeout: float | None = None,
         max_turns: int = 20,
         transport: ClientTransport | None = None,
@@ -172,6 +184,7 @@ class Client:
         self.retry = retry
         self.resume = resume
         self.on_input_required = on_input_required
+        self.on_auth_required = on_auth_required
         self.input_timeout = input_timeout
         self.max_turns = max_turns
         self.interface: AgentInterface | None = None
@@ -256,8 +269,9 @@ class Client:
         return self.card
 
     def _credential_names(self, card: AgentCard | None) -> set[str]:
-        """Header names that carry a credential: the usual ones, every ``APIKeyAuth``'s, the card's API-key ones."""
-        names = set(CREDENTIAL_HEADERS)
+        """Header names that carry a credential besides the usual ones (``_plaintext``): every ``APIKeyAuth``'s,
+        the card's API-key ones."""
+        names: set[str] = set()
         names.update(i.header.lower() for i in self.interceptors if isinstance(i, APIKeyAuth))
         for scheme in card.security_schemes.values() if card is not None else ():
             api_key = scheme.api_key_security_scheme
@@ -328,24 +342,39 @@ class Client:
     # --- plumbing ----------------------------------------------------------------------------------------
 
     async def _call(
-        self, name: str, request: A2AModel, *, idempotent: bool = True, after_retry: _Recovery | None = None
+        self,
+        name: str,
+        request: A2AModel,
+        *,
+        idempotent: bool = True,
+        after_retry: _Recovery | None = None,
+        received: bool = False,
     ) -> Any:
+        """One unary call, retried as the policy says; ``received``: ``(response, its JSON as received)``."""
         op = OPERATIONS_BY_NAME[name]
         if self._tracer is not None:
             with client_span(self._tracer, name, self._binding()):
-                return await self._attempts(op, name, request, idempotent, after_retry)
-        return await self._attempts(op, name, request, idempotent, after_retry)
+                return await self._attempts(op, name, request, idempotent, after_retry, received)
+        return await self._attempts(op, name, request, idempotent, after_retry, received)
 
     def _binding(self) -> str:
         interface = self.interface
         return interface.protocol_binding.lower() if interface is not None else "custom"
 
     async def _attempts(
-        self, op: Operation, name: str, request: A2AModel, idempotent: bool, after_retry: _Recovery | None
+        self,
+        op: Operation,
+        name: str,
+        request: A2AModel,
+        idempotent: bool,
+        after_retry: _Recovery | None,
+        received: bool = False,
     ) -> Any:
         attempt = 0
         while True:
             try:
+                if received:
+                    return await self._received(op, request, await self._headers(name))
                 return await self.transport.call(op, request, headers=await self._headers(name))
             except A2AError as exc:
                 if attempt and after_retry is not None:
@@ -357,6 +386,17 @@ class Client:
                 if not (idempotent and retryable(exc)) or attempt >= self.retry.attempts:
                     raise
                 await asyncio.sleep(self.retry.delay(attempt))
+
+    async def _received(self, op: Operation, request: A2AModel, headers: dict[str, str]) -> tuple[Any, Any]:
+        transport = self.transport
+        call_received = getattr(transport, "call_received", None)
+        if call_received is not None:
+            result: tuple[Any, Any] = await call_received(op, request, headers=headers)
+            return result
+        # A transport of the caller's that cannot say what it received: the decoded response's JSON, which holds
+        # every member the client reads (a signature that covered more fails: refused, never accepted unsigned).
+        response = await transport.call(op, request, headers=headers)
+        return response, response.to_dict() if isinstance(response, A2AModel) else response
 
     def _stream(self, name: str, request: A2AModel, last_event_id: str | None = None) -> AsyncIterator[StreamEvent]:
         op = OPERATIONS_BY_NAME[name]
@@ -559,8 +599,20 @@ class Client:
         )
 
     async def extended_card(self) -> AgentCard:
-        """GetExtendedAgentCard; the client uses the extended card from then on (same interfaces)."""
-        card: AgentCard = await self._call("GetExtendedAgentCard", GetExtendedAgentCardRequest())
+        """GetExtendedAgentCard; the client uses the extended card from then on (same interfaces).
+
+        With a ``card_verifier``, the card is verified first, on its JSON as received (over gRPC: the ProtoJSON of
+        the protobuf message received), as the public card is; a refusal raises ``A2AInvalidCardError`` and the
+        client keeps the card it had. (A card given as ``card=`` is the caller's; an extended card always comes from
+        the agent, so it is always checked.)
+        """
+        request = GetExtendedAgentCardRequest()
+        if self.card_verifier is None:
+            card: AgentCard = await self._call("GetExtendedAgentCard", request)
+        else:
+            card, received = await self._call("GetExtendedAgentCard", request, received=True)
+            where = self.interface.url if self.interface is not None else getattr(self._transport, "url", self.url)
+            await run_verifier(self.card_verifier, card, received, str(where or ""), what="the extended agent card")
         self.card = card
         return card
 
@@ -571,42 +623,75 @@ class Client:
 
         A task the reply leaves SUBMITTED or WORKING (a server's send timeout passed first) is followed to its next
         stop: subscribed to when the card says the agent streams, else polled with GetTask (backing off as
-        ``resume`` says, up to its ``max_backoff``). INPUT_REQUIRED is answered by ``on_input_required(task)`` (sync
-        or async, bounded by ``input_timeout``), at most ``max_turns`` times; FAILED, REJECTED and unanswered
-        AUTH_REQUIRED / INPUT_REQUIRED raise the matching ``A2ATask…Error``.
+        ``resume`` says, up to its ``max_backoff``). INPUT_REQUIRED is answered by ``on_input_required(task)``;
+        AUTH_REQUIRED is resolved by ``on_auth_required(task)``, which returns a reply, ``Credentials`` (headers
+        for every later request, and the follow-up that carries them), or ``None`` to wait while the credential
+        arrives out of band (the task is followed until it moves on by itself). Handlers may be sync or async,
+        each call bounded by ``input_timeout``, at most ``max_turns`` calls in all; FAILED, REJECTED and an
+        unresolved AUTH_REQUIRED / INPUT_REQUIRED raise the matching ``A2ATask…Error``.
+
+        >>> from relaykit.client import Client, Credentials
+        >>> async def main(token: str):
+        ...     sign_in = lambda task: Credentials({"X-Calendar-Token": token}, message="signed in")
+        ...     async with Client("http://localhost:8000", on_auth_required=sign_in) as client:
+        ...         return await client.ask("what is on my calendar?")
         """
         result = await self.send(text, context_id=context_id, task_id=task_id)
-        answers = 0
+        turns = 0
         while True:
             if isinstance(result, Message):
                 return result.text
             task = await self._settle(result)
-            if task.status.state is TaskState.INPUT_REQUIRED and self.on_input_required is not None:
-                # ``max_turns`` counts the answers given: the reply to the last one is still looked at.
-                if answers >= self.max_turns:
+            state = task.status.state
+            if state is TaskState.INPUT_REQUIRED and self.on_input_required is not None:
+                # ``max_turns`` counts the handlers' answers: the reply to the last one is still looked at.
+                if turns >= self.max_turns:
                     raise A2ATaskInputRequiredError(task, f"no final answer after {self.max_turns} turns")
-                answers += 1
-                answer = await self._answer(task)
+                turns += 1
+                answer: Message | str = await call_handler(self.on_input_required, task, self.input_timeout)
                 result = await self.send(answer, task_id=task.id, context_id=task.context_id)
+                continue
+            if state is TaskState.AUTH_REQUIRED and self.on_auth_required is not None:
+                if turns >= self.max_turns:
+                    raise A2ATaskAuthRequiredError(task, f"no final answer after {self.max_turns} turns")
+                turns += 1
+                reply: AuthReply = await call_handler(self.on_auth_required, task, self.input_timeout)
+                if isinstance(reply, Credentials):
+                    # From now on, as if given as ``headers=``: every request's headers are checked by the plaintext
+                    # rule (``_headers``), so a credential for a host reached in clear is refused before it leaves.
+                    self.headers.update(reply.headers)
+                    reply = reply.message
+                elif reply is not None and not isinstance(reply, Message | str):
+                    # A bare mapping of headers is the likely mistake: say what to return, and send nothing.
+                    raise TypeError(
+                        f"on_auth_required returned {type(reply).__name__}: return a reply (Message or str), "
+                        "Credentials(headers, message=...), or None to wait while the credential arrives out of band"
+                    )
+                if reply is None:
+                    # Out of band (digest §7.4): the agent resumes the task when the credential reaches it.
+                    result = await self._settle(task, waiting=task.status)
+                    continue
+                result = await self.send(reply, task_id=task.id, context_id=task.context_id)
                 continue
             return _outcome_text(task)
 
-    async def _settle(self, task: Task) -> Task:
+    async def _settle(self, task: Task, *, waiting: TaskStatus | None = None) -> Task:
         """``task`` at its next stop (terminal or interrupted): a blocking SendMessage may answer before that (a
-        server's send timeout), and that reply is not the answer."""
-        if task.status.state not in ACTIVE:
+        server's send timeout), and that reply is not the answer. ``waiting``: the interrupted status the task is
+        in, which it is to leave by itself (a credential given out of band); its next stop after that one."""
+        if waiting is None and task.status.state not in ACTIVE:
             return task
         capabilities = self.card.capabilities if self.card is not None else None
         if capabilities is not None and capabilities.streaming:
             try:
-                task = await self._watch(task)
+                task = await self._watch(task, waiting)
             except (UnsupportedOperationError, InvalidParamsError) as exc:
                 # A task that ended meanwhile takes no subscription (0.3 servers say InvalidParams): read it.
                 if isinstance(exc, InvalidParamsError) and not getattr(self._transport, "v03", False):
                     raise
                 task = await self.get_task(task.id)
         polls = 0
-        while task.status.state in ACTIVE:
+        while task.status.state in ACTIVE or (waiting is not None and same_status(task.status, waiting)):
             # The count stops growing once the backoff has reached its cap (2**n of a long task's poll count would
             # overflow a float).
             polls = min(polls + 1, 32)
@@ -614,10 +699,11 @@ class Client:
             task = await self.get_task(task.id)
         return task
 
-    async def _watch(self, task: Task) -> Task:
-        """Follow ``task`` by SubscribeToTask (resumed like any stream) until it is terminal or interrupted."""
+    async def _watch(self, task: Task, waiting: TaskStatus | None = None) -> Task:
+        """Follow ``task`` by SubscribeToTask (resumed like any stream) until it is terminal or interrupted (in
+        another status than ``waiting``)."""
         source = self._stream("SubscribeToTask", SubscribeToTaskRequest(id=task.id))
-        events = resume_stream(self, source, stop_at_interrupt=True, task_id=task.id)
+        events = resume_stream(self, source, stop_at_interrupt=True, task_id=task.id, known=waiting)
         try:
             async for event in events:
                 if isinstance(event, Task):
@@ -627,15 +713,6 @@ class Client:
         finally:
             await aclose_stream(events)
         return task
-
-    async def _answer(self, task: Task) -> Message | str:
-        assert self.on_input_required is not None
-        value = self.on_input_required(task)
-        if inspect.isawaitable(value):
-            if self.input_timeout is not None:
-                return await asyncio.wait_for(value, self.input_timeout)
-            return await value
-        return value
 
 
 def _grpc_tls(interface_url: str, card_url: str | None, *, tls_material: bool) -> bool:

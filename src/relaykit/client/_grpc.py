@@ -45,7 +45,7 @@ from relaykit._errors import (
 )
 from relaykit._methods import OPERATIONS, Operation
 from relaykit._model import A2AModel
-from relaykit._proto import FIRST_EVENT_ID, RESUME_FROM, SERVICE_NAME, decoder, encoder
+from relaykit._proto import FIRST_EVENT_ID, RESUME_FROM, SERVICE_NAME, decoder, encoder, proto_class
 from relaykit._types import StreamResponse
 from relaykit._v03 import EXTENSIONS_HEADER
 from relaykit._v03 import _grpc as grpc03
@@ -261,16 +261,40 @@ class GrpcTransport:
 
     async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
         """One unary rpc; returns the decoded response model (``None`` for Empty)."""
+        response = await self._exchange(op, request, headers)
+        if op.response is None:
+            return None
+        return self._decode(op, response)
+
+    async def call_received(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> tuple[Any, Any]:
+        """``call``, with the response's ProtoJSON as well: what the client verifies a card's signature on.
+
+        The signature is over the card's JSON (RFC 8785), and gRPC sends protobuf: the message received, rendered as
+        ProtoJSON (``json_format``: proto field names in camelCase, enums by name, unset fields left out), is the
+        card as this client can know it. That is sound: every member the client reads is a field of that message and
+        so in the payload checked, and a field its schema does not know is neither rendered nor read (a signature
+        that covered one fails to verify: a card refused, never one accepted that was not signed)."""
+        response = await self._exchange(op, request, headers)
+        if op.response is None:
+            return None, None
+        cls = grpc03.RPCS_BY_OP[op.name].response if self.v03 else proto_class(op.response)
+        assert cls is not None
+        try:
+            received = json_format.MessageToDict(cls.FromString(response))
+        except (DecodeError, json_format.Error) as exc:
+            raise InvalidAgentResponseError(f"the agent's {op.name} response is malformed: {exc}") from None
+        return self._decode(op, response), received
+
+    async def _exchange(self, op: Operation, request: A2AModel, headers: Mapping[str, str]) -> bytes:
+        """One unary rpc; the serialized response."""
         if op.name not in self._unary and op.name not in self._streams:
             raise UnsupportedOperationError(f"{op.name} has no A2A 0.3 gRPC rpc")
         data = self._request(op, request)
         try:
-            response = await self._unary[op.name](data, metadata=self._metadata(headers), timeout=self.timeout)
+            response: bytes = await self._unary[op.name](data, metadata=self._metadata(headers), timeout=self.timeout)
         except grpc.aio.AioRpcError as exc:
             raise grpc_error(exc, self.target, op.name if self.v03 else None) from None
-        if op.response is None:
-            return None
-        return self._decode(op, response)
+        return response
 
     async def stream(
         self, op: Operation, request: A2AModel, *, headers: Mapping[str, str], last_event_id: str | None = None

@@ -22,9 +22,9 @@ from relaykit._errors import (
 )
 from relaykit._requests import SubscribeToTaskRequest
 from relaykit._state import INTERRUPTED, TERMINAL
-from relaykit._types import StreamResponse
+from relaykit._types import StreamResponse, TaskStatus
 from relaykit.client._policies import retryable
-from relaykit.client._stream_view import Event, StreamView
+from relaykit.client._stream_view import Event, StreamView, same_status
 from relaykit.client._transport import StreamEvent
 
 if TYPE_CHECKING:
@@ -40,11 +40,13 @@ async def resume_stream(
     stop_at_interrupt: bool,
     task_id: str | None = None,
     continuing: bool = False,
+    known: TaskStatus | None = None,
 ) -> AsyncIterator[Event]:
     """The events of ``source`` as one stream: resumed (``SubscribeToTask`` after the last event id) while the
-    task is not final, de-duplicated by ``StreamView``; ``stop_at_interrupt`` ends it at INPUT/AUTH_REQUIRED too."""
+    task is not final, de-duplicated by ``StreamView``; ``stop_at_interrupt`` ends it at INPUT/AUTH_REQUIRED too,
+    except at the interrupted status ``known`` (the one the caller waits for the task to leave)."""
     # A subscription (task_id given) starts with a snapshot taken while the server already taps live events.
-    view = StreamView(task_id, continuing=continuing, subscription=task_id is not None)
+    view = StreamView(task_id, continuing=continuing, subscription=task_id is not None, known=known)
     attempts = 0
     while True:
         try:
@@ -96,7 +98,12 @@ async def resume_stream(
             except A2AError:
                 task = None
             if task is not None and (
-                task.status.state in TERMINAL or (stop_at_interrupt and task.status.state in INTERRUPTED)
+                task.status.state in TERMINAL
+                or (
+                    stop_at_interrupt
+                    and task.status.state in INTERRUPTED
+                    and (known is None or not same_status(task.status, known))
+                )
             ):
                 for event in view.accept(StreamResponse(task=task), None):
                     yield event

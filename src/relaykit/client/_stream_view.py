@@ -18,12 +18,22 @@ from relaykit._types import (
     TaskStatusUpdateEvent,
 )
 
-__all__ = ["Event", "StreamView"]
+__all__ = ["Event", "StreamView", "same_status"]
 
 Event = Task | Message | TaskStatusUpdateEvent | TaskArtifactUpdateEvent
 
 _TERMINAL = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED})
 _INTERRUPTED = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+
+
+def same_status(a: TaskStatus, b: TaskStatus) -> bool:
+    """Whether two reads of a task show the same status: its state, message and time (a task interrupted anew, even
+    in the same state, has a new status message or timestamp)."""
+    if a.state is not b.state or a.timestamp != b.timestamp:
+        return False
+    if a.message is None or b.message is None:
+        return a.message is b.message
+    return a.message.message_id == b.message.message_id
 
 
 class StreamView:
@@ -38,13 +48,24 @@ class StreamView:
     releases what was held. Chunks whose content repeats the snapshot's tail (all chunks alike) stay ambiguous.
     """
 
-    def __init__(self, task_id: str | None, *, continuing: bool = False, subscription: bool = False) -> None:
+    def __init__(
+        self,
+        task_id: str | None,
+        *,
+        continuing: bool = False,
+        subscription: bool = False,
+        known: TaskStatus | None = None,
+    ) -> None:
         self.task_id = task_id
         self.subscription = subscription
         # Bug fix: a stream that answers an interrupted task starts with the task's snapshot, still INPUT_REQUIRED
         # (the state the previous turn ended in). That state used to end the stream at its first event, so the
         # answer's events never reached the application. It is stale until the task reports a new status.
         self.continuing = continuing
+        # The interrupted status the caller already knows and waits to see the task leave (a task resumed out of
+        # band): a first snapshot still showing it is stale too. Only that status: a task that moved on and was
+        # interrupted anew before the subscription began shows another one, which ends the stream.
+        self.known = known
         self.stale_interrupt = False
         self.context_id = ""
         self.last_event_id: str | None = None
@@ -167,7 +188,9 @@ class StreamView:
             # The first Task of a stream is shown as it is.
             self.started = True
             self.state = task.status.state
-            self.stale_interrupt = self.continuing and self.state in _INTERRUPTED
+            self.stale_interrupt = self.state in _INTERRUPTED and (
+                self.continuing or (self.known is not None and same_status(task.status, self.known))
+            )
             for artifact in task.artifacts:
                 self.parts_seen[artifact.artifact_id] = len(artifact.parts)
                 added[artifact.artifact_id] = list(artifact.parts)

@@ -65,7 +65,11 @@ class ClientTransport(Protocol):
     binding: str
 
     async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
-        """One unary operation; returns the decoded response model (``None`` for Empty)."""
+        """One unary operation; returns the decoded response model (``None`` for Empty).
+
+        A transport may also have ``call_received`` (same arguments), returning ``(decoded response, its JSON as
+        received)``: the client verifies the extended agent card on that (``_card_trust``); relaykit's transports
+        have it, a transport without it has the card checked on the decoded model's JSON."""
 
     def stream(
         self, op: Operation, request: A2AModel, *, headers: Mapping[str, str], last_event_id: str | None = None
@@ -339,6 +343,20 @@ class JSONRPCTransport(_HTTPTransport):
         return b'{"jsonrpc":"2.0","id":"%b","method":"%b","params":%b}' % (new_id().encode(), method.encode(), params)
 
     async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
+        return self._result(op, await self._exchange(op, request, headers))
+
+    async def call_received(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> tuple[Any, Any]:
+        """``call``, with the JSON ``result`` as received as well (before any 0.3 reading)."""
+        received = await self._exchange(op, request, headers)
+        return self._result(op, received), received
+
+    def _result(self, op: Operation, received: Any) -> Any:
+        if self.v03:
+            return rpc03.decode_result(op, received)
+        return _decode(op, received)
+
+    async def _exchange(self, op: Operation, request: A2AModel, headers: Mapping[str, str]) -> Any:
+        """One request; the JSON of its ``result``, or the error its answer carries."""
         try:
             async with self.client.stream(
                 "POST",
@@ -363,9 +381,7 @@ class JSONRPCTransport(_HTTPTransport):
         # decoded as a missing result: InvalidAgentResponseError. The status says what happened.
         if isinstance(envelope.get("error"), dict) or response.status_code >= 400:
             raise _jsonrpc_error(response.status_code, envelope)
-        if self.v03:
-            return rpc03.decode_result(op, envelope.get("result"))
-        return _decode(op, envelope.get("result"))
+        return envelope.get("result")
 
     async def stream(
         self, op: Operation, request: A2AModel, *, headers: Mapping[str, str], last_event_id: str | None = None
@@ -450,6 +466,23 @@ class RESTTransport(_HTTPTransport):
         return route.method, url, None, params
 
     async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
+        return self._result(op, await self._exchange(op, request, headers))
+
+    async def call_received(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> tuple[Any, Any]:
+        """``call``, with the JSON body as received as well (before any 0.3 reading)."""
+        received = await self._exchange(op, request, headers)
+        return self._result(op, received), received
+
+    def _result(self, op: Operation, received: Any) -> Any:
+        if self.v03:
+            try:
+                return rest03.decode_response(op, received)
+            except ValidationError as exc:
+                raise InvalidAgentResponseError(f"the agent's 0.3 {op.name} response is malformed: {exc}") from None
+        return _decode(op, received)
+
+    async def _exchange(self, op: Operation, request: A2AModel, headers: Mapping[str, str]) -> Any:
+        """One request; the JSON of its body, or the error its answer carries."""
         method, url, body, params = self._target(op, request)
         extra = self._headers(headers)
         if body is not None:
@@ -469,12 +502,7 @@ class RESTTransport(_HTTPTransport):
             payload = None
         if response.status_code >= 400:
             raise self._error(response.status_code, payload, url)
-        if self.v03:
-            try:
-                return rest03.decode_response(op, payload)
-            except ValidationError as exc:
-                raise InvalidAgentResponseError(f"the agent's 0.3 {op.name} response is malformed: {exc}") from None
-        return _decode(op, payload)
+        return payload
 
     def _error(self, status: int, payload: Any, url: str) -> A2AError:
         if self.v03:
