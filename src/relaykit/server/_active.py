@@ -41,6 +41,7 @@ class PendingRequest:
         "call",
         "configuration",
         "done",
+        "ended",
         "first",
         "message",
         "metadata",
@@ -89,6 +90,9 @@ class PendingRequest:
         # Its caller, in this process, waits for the outcome alone (a blocking SendMessage run where accepted): no
         # one is answered with, or streams from, the execution's first snapshot (``Recorder._first_wait``).
         self.outcome_only = False
+        # Made when the caller is answered at an interrupted state before the execution ends (``answer_early``);
+        # resolved at that end. None otherwise (no future made per request for it).
+        self.ended: asyncio.Future[None] | None = None
 
     def resolve(self, fut: asyncio.Future[Any], value: Any) -> None:
         if not fut.done():
@@ -101,6 +105,23 @@ class PendingRequest:
             done.set_result(value)
         if self.seen is not None:
             self.seen.settle(done)
+        if self.ended is not None:
+            self._end()
+
+    def answer_early(self, value: Any) -> None:
+        """Resolve ``done`` while the execution goes on (the task is interrupted: ``Recorder._answer_interrupted``);
+        from now on ``execution_end`` is what tells the execution's end."""
+        self.finish(value)
+        self.ended = self.done.get_loop().create_future()
+
+    def execution_end(self) -> asyncio.Future[Any]:
+        """Resolved when this request's execution ends: ``done``, unless its caller was answered before that."""
+        return self.ended if self.ended is not None else self.done
+
+    def _end(self) -> None:
+        ended = self.ended
+        if ended is not None and not ended.done():
+            ended.set_result(None)
 
     def reject(self, exc: BaseException) -> None:
         for fut in (self.first, self.done, self.started):
@@ -110,6 +131,8 @@ class PendingRequest:
                 fut.exception()
         if self.seen is not None:
             self.seen.settle(self.done)
+        if self.ended is not None:
+            self._end()
 
 
 class ActiveTask:

@@ -92,15 +92,17 @@ class Cancellation(Recorder):
             active.cancel_requested = True
             if context is not None:
                 context.request_cancel()
-            if pending is not None and not pending.done.done():
+            if pending is not None and not pending.execution_end().done():
                 if self.cancel_grace > 0:
                     # Let a cooperative executor finish on its own first. A timer, not this coroutine, delivers the
                     # cancellation, so it still happens if this caller goes away during the grace.
                     timer = asyncio.get_running_loop().call_later(self.cancel_grace, self._interrupt, active, pending)
-                    pending.done.add_done_callback(lambda _: timer.cancel())
+                    pending.execution_end().add_done_callback(lambda _: timer.cancel())
                 else:
                     self._interrupt(active, pending)
-        done = pending.done if pending is not None else None
+        # The execution's end, not its caller's answer: that may have come at an interrupted state while the
+        # execution went on (``Recorder._answer_interrupted``).
+        done = pending.execution_end() if pending is not None else None
         if done is not None:
             await asyncio.wait({done})
         task = active.task
@@ -111,7 +113,12 @@ class Cancellation(Recorder):
     def _interrupt(active: ActiveTask, pending: PendingRequest) -> None:
         # Never once execute has returned: the CancelledError would land in the engine's own writes of the outcome
         # (torn write, and the runner would take it for a shutdown). The cancel then waits for that outcome instead.
-        if active.current is pending and not pending.done.done() and not active.execute_returned and active.runner:
+        if (
+            active.current is pending
+            and not pending.execution_end().done()
+            and not active.execute_returned
+            and active.runner
+        ):
             active.runner.cancel()
 
     async def _after_cancel(self, active: ActiveTask, context: RequestContext) -> None:

@@ -39,7 +39,7 @@ from relaykit._enums import Role, TaskState
 from relaykit._errors import ArtifactTooLargeError, InvalidAgentResponseError
 from relaykit._ids import new_id
 from relaykit._model import set_field, utc_now
-from relaykit._state import TERMINAL, apply
+from relaykit._state import INTERRUPTED, TERMINAL, apply
 from relaykit._types import Message, Part, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent, stream_json
 from relaykit.backends._base import TaskRecord, TaskStore
 from relaykit.backends._bus import EventBus
@@ -213,18 +213,32 @@ class Recorder:
                 set_field(event.status, "timestamp", utc_now())
                 apply(task, event)
                 await self._emit(active, event, None, persist=True)
+                if event.status.state in INTERRUPTED:
+                    self._answer_interrupted(active, pending)
             else:  # a Task object replacing the snapshot
                 self._count_artifacts(active, event)
                 if event.status.timestamp is None or event.status.state is not task.status.state:
                     event.status.timestamp = utc_now()
                 apply(task, event)
                 await self._emit(active, None, None, persist=True)
+                if task.status.state in INTERRUPTED:
+                    self._answer_interrupted(active, pending)
             if not pending.first.done() and not pending.outcome_only:
                 # (Nobody awaits the first snapshot of an outcome-only caller: see ``_create``.)
                 pending.resolve(pending.first, self._body(active))
         except InvalidAgentResponseError as exc:
             active.agent_error = exc
             raise
+
+    def _answer_interrupted(self, active: ActiveTask, pending: PendingRequest) -> None:
+        """The task is interrupted (INPUT_REQUIRED, AUTH_REQUIRED) and stored so: a blocking SendMessage answers now
+        (digest §5.4: blocking returns when the task is terminal or interrupted), even if the execution goes on, as an
+        agent waiting for a credential that arrives out of band does. Its end is still what a cancel waits for
+        (``PendingRequest.execution_end``); a stream still follows the execution until it ends."""
+        if not pending.done.done():
+            body = self._body(active)
+            pending.resolve(pending.first, body)
+            pending.answer_early(body)
 
     def _count_artifacts(self, active: ActiveTask, task: Task) -> None:
         """A Task the agent published carries artifacts: they replace the task's, and count as its artifact bytes."""
