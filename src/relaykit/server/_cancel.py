@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from relaykit._enums import TaskState
 from relaykit._errors import InvalidAgentResponseError, TaskNotCancelableError, TaskNotFoundError
@@ -97,7 +98,17 @@ class Cancellation(Recorder):
                     # Let a cooperative executor finish on its own first. A timer, not this coroutine, delivers the
                     # cancellation, so it still happens if this caller goes away during the grace.
                     timer = asyncio.get_running_loop().call_later(self.cancel_grace, self._interrupt, active, pending)
-                    pending.execution_end().add_done_callback(lambda _: timer.cancel())
+
+                    def stop_timer(end: asyncio.Future[Any]) -> None:
+                        # At the execution's end; an answer at an interrupted state during the grace (``done``) is
+                        # not that end: wait for the one that replaced it (``PendingRequest.answer_early``).
+                        later = pending.execution_end()
+                        if later is not end:
+                            later.add_done_callback(stop_timer)
+                        else:
+                            timer.cancel()
+
+                    pending.execution_end().add_done_callback(stop_timer)
                 else:
                     self._interrupt(active, pending)
         # The execution's end, not its caller's answer: that may have come at an interrupted state while the

@@ -318,11 +318,25 @@ class Cluster(Front):
                     # Not claimed here (a cancel signal that arrived as the execution ended): a plain write, fenced
                     # by its version like any other.
                     await self.store.save(record)
-                elif record.task.status.state in ACTIVE or (
-                    registered is not None and (registered is not active or bool(registered.requests))
+                elif (
+                    record.task.status.state in ACTIVE
+                    or (registered is not None and (registered is not active or bool(registered.requests)))
+                    or (
+                        record.task.status.state is TaskState.AUTH_REQUIRED
+                        and registered is active
+                        and active.current is not None
+                        and not active.execute_returned
+                    )
                 ):
                     # Held, or taken back by an execution that goes on after its outcome released it: the version
-                    # matched, so nobody claimed the task in between.
+                    # matched, so nobody claimed the task in between. AUTH_REQUIRED written while ``execute`` runs
+                    # keeps the claim: the agent may go on, waiting for a credential that reaches it out of band
+                    # (its caller is answered already: ``Recorder._answer_interrupted``), and while it does, a cancel
+                    # must reach it here and a follow-up wait for it, as in one process; the runner's end releases
+                    # the claim (``_on_idle``: one more statement, for this state only). INPUT_REQUIRED releases
+                    # with the write: its answer is a follow-up message, which waits for the execution to end
+                    # anyway, so an execution does not go on after it (one that does takes the claim back at its
+                    # next write, fenced by the version).
                     await self.store.save_claimed(record, self.id)
                     if task_id not in self.held:
                         self._generation += 1

@@ -172,6 +172,11 @@ class Recorder:
                     self._count_artifacts(active, event)
                 await self._create(active, pending, event)
                 if type(event) is not TaskArtifactUpdateEvent and isinstance(event, Task):
+                    created = active.task
+                    if created is not None and created.status.state in INTERRUPTED:
+                        # A new task that starts interrupted (stored by ``_create``: only SUBMITTED and WORKING
+                        # first writes are put off): its blocking caller is answered while the execution goes on.
+                        self._answer_interrupted(active, pending)
                     return
             task = active.task
             assert task is not None
