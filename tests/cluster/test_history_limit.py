@@ -16,10 +16,12 @@ import pytest
 import relaykit
 from relaykit._enums import Role, TaskState
 from relaykit._errors import InvalidParamsError
-from relaykit._requests import SendMessageConfiguration, SendMessageRequest
+from relaykit._requests import SendMessageRequest
 from relaykit._types import Message, Part, Task
+from relaykit.backends.redis import WorkItem
 from relaykit.http import create_app
 from relaykit.server import CallContext
+from relaykit.server._front import encode_call, encode_request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(60)]
 
@@ -71,65 +73,32 @@ async def test_a_follow_up_past_the_history_limit_is_refused_where_accepted(repl
     assert len(answered.history) == len(before.history) + 2
 
 
-GATE: asyncio.Event | None = None
-
-
-async def _queued(queue: Any, count: int) -> None:
-    """Until the work queue holds ``count`` entries (bounded: WAIT seconds)."""
-    for _ in range(int(WAIT / 0.01)):
-        if await queue.client.xlen(queue.stream) >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"the work queue never held {count} entries")
-
-
-@relaykit.agent
-async def holds(context):  # type: ignore[no-untyped-def]
-    if context.text == "hold" and GATE is not None:
-        await GATE.wait()
-    context.requires_input("more?")
-
-
-async def test_a_follow_up_that_waited_in_the_queue_is_measured_against_the_history_it_finds(
-    postgres_url: str, redis_url: str, cluster_namespace: str
-) -> None:
-    """Two follow-ups accepted (by replica B) while the task runs on replica A both fit the history as it was then;
-    they wait in the work queue, and the first one run grows the history: the second is refused when claimed
-    (before, only the accepting side measured it, so queued messages could take a task past the limit)."""
-    global GATE
-    GATE = asyncio.Event()
-    limit = 32 * 1024
-    replicas = [
-        create_app(
-            holds, store=postgres_url, bus=redis_url, namespace=cluster_namespace, push=False, max_history_bytes=limit
-        ).state.relaykit
-        for _ in range(2)
-    ]
-    for server in replicas:
-        await server.start()
+async def test_a_follow_up_that_waited_in_the_queue_is_measured_against_the_history_it_finds(replica: Any) -> None:
+    """A follow-up accepted while the history had room, then queued (its task was busy elsewhere), is measured again
+    when a worker claims it: the messages run meanwhile may have grown the history past what it leaves room for.
+    Before, only the accepting side measured it, so the messages waiting in the queue could each take a task past
+    the limit. (The queue entry is built here as the accepting replica builds it, the accept having been passed.)"""
+    engine = replica.engine
+    cluster = engine.cluster
+    call = CallContext()
+    task = await asyncio.wait_for(engine.send(follow_up("a" * 20_000), call), WAIT)
+    assert isinstance(task, Task)
+    # Accepted now (20 kB and 20 kB fit in 64 kB), but queued: it runs after the next two.
+    waiting = follow_up("z" * 20_000, task.id)
+    for text in ("b" * 20_000, "c" * 20_000):
+        task = await asyncio.wait_for(engine.send(follow_up(text, task.id), call), WAIT)
+        assert task.status.state is TaskState.INPUT_REQUIRED
+    before = await engine.get_task(task.id, call)
+    item = WorkItem(task.id, "", call.user, encode_request(waiting), encode_call(call), False)
+    tap, _ = await cluster.bus.open(task.id, execution=waiting.message.message_id)
     try:
-        a, b = (server.engine for server in replicas)
-        call = CallContext()
-        first = follow_up("hold")
-        first.configuration = SendMessageConfiguration(return_immediately=True)
-        task = await asyncio.wait_for(a.send(first, call), WAIT)
-        assert isinstance(task, Task)
-        texts = ("e" * 20_000, "f" * 20_000)
-        answers = [asyncio.ensure_future(b.send(follow_up(text, task.id), call)) for text in texts]
-        # Both accepted (they fit the history as it is) and queued behind A's running execution.
-        await _queued(b.cluster.queue, 2)
-        assert not any(answer.done() for answer in answers)
-        GATE.set()
-        results = await asyncio.wait_for(asyncio.gather(*answers, return_exceptions=True), WAIT)
-        refused = [r for r in results if isinstance(r, InvalidParamsError)]
-        answered = [r for r in results if isinstance(r, Task)]
-        assert len(refused) == 1, results
-        assert f"limit of {limit} bytes" in refused[0].message
-        assert len(answered) == 1
-        stored = await a.get_task(task.id, call)
-        long = [p.text for m in stored.history for p in m.parts if p.text in texts]
-        assert len(long) == 1  # the history holds one of the two, and stays within the limit
+        pending = await asyncio.wait_for(cluster._admit(item, waiting, call, waiting.message.message_id), WAIT)
+        assert pending is None  # not run: refused
+        events = engine._follow(tap, until_terminal=False, tenant="", owner=call.user)
+        _seq, told, _data = await asyncio.wait_for(anext(events), WAIT)  # the caller, waiting on the log, is told why
+        assert isinstance(told, InvalidParamsError)
+        assert f"limit of {LIMIT} bytes" in told.message
     finally:
-        GATE = None
-        for server in replicas:
-            await asyncio.wait_for(server.stop(), WAIT)
+        cluster.bus.close_tap(tap)
+    assert await engine.get_task(task.id, call) == before
+    assert await cluster.store.claimant(task.id) is None  # and the claim is given back
