@@ -18,8 +18,10 @@ from relaykit._enums import Role, TaskState
 from relaykit._errors import InvalidParamsError
 from relaykit._requests import SendMessageRequest
 from relaykit._types import Message, Part, Task
+from relaykit.backends.redis import WorkItem
 from relaykit.http import create_app
 from relaykit.server import CallContext
+from relaykit.server._front import encode_call, encode_request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(60)]
 
@@ -69,3 +71,34 @@ async def test_a_follow_up_past_the_history_limit_is_refused_where_accepted(repl
     answered = await asyncio.wait_for(engine.send(follow_up("short", task.id), call), WAIT)
     assert answered.status.state is TaskState.INPUT_REQUIRED
     assert len(answered.history) == len(before.history) + 2
+
+
+async def test_a_follow_up_that_waited_in_the_queue_is_measured_against_the_history_it_finds(replica: Any) -> None:
+    """A follow-up accepted while the history had room, then queued (its task was busy elsewhere), is measured again
+    when a worker claims it: the messages run meanwhile may have grown the history past what it leaves room for.
+    Before, only the accepting side measured it, so the messages waiting in the queue could each take a task past
+    the limit. (The queue entry is built here as the accepting replica builds it, the accept having been passed.)"""
+    engine = replica.engine
+    cluster = engine.cluster
+    call = CallContext()
+    task = await asyncio.wait_for(engine.send(follow_up("a" * 20_000), call), WAIT)
+    assert isinstance(task, Task)
+    # Accepted now (20 kB and 20 kB fit in 64 kB), but queued: it runs after the next two.
+    waiting = follow_up("z" * 20_000, task.id)
+    for text in ("b" * 20_000, "c" * 20_000):
+        task = await asyncio.wait_for(engine.send(follow_up(text, task.id), call), WAIT)
+        assert task.status.state is TaskState.INPUT_REQUIRED
+    before = await engine.get_task(task.id, call)
+    item = WorkItem(task.id, "", call.user, encode_request(waiting), encode_call(call), False)
+    tap, _ = await cluster.bus.open(task.id, execution=waiting.message.message_id)
+    try:
+        pending = await asyncio.wait_for(cluster._admit(item, waiting, call, waiting.message.message_id), WAIT)
+        assert pending is None  # not run: refused
+        events = engine._follow(tap, until_terminal=False, tenant="", owner=call.user)
+        _seq, told, _data = await asyncio.wait_for(anext(events), WAIT)  # the caller, waiting on the log, is told why
+        assert isinstance(told, InvalidParamsError)
+        assert f"limit of {LIMIT} bytes" in told.message
+    finally:
+        cluster.bus.close_tap(tap)
+    assert await engine.get_task(task.id, call) == before
+    assert await cluster.store.claimant(task.id) is None  # and the claim is given back

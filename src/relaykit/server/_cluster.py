@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from relaykit._enums import TaskState
 from relaykit._errors import (
     A2AError,
+    InvalidParamsError,
     ResourceExhaustedError,
     ServiceUnavailableError,
     UnsupportedOperationError,
@@ -55,6 +56,7 @@ from relaykit.backends._base import Claim, TaskRecord
 from relaykit.backends.redis import RedisWorkQueue, WorkItem
 from relaykit.server._context import CallContext
 from relaykit.server._front import Front, decode_call, queued
+from relaykit.server._runner import check_history
 from relaykit.server._takeover import ACTIVE, take_over
 
 if TYPE_CHECKING:
@@ -502,6 +504,16 @@ class Cluster(Front):
                 await self.bus.publish_error(item.task_id, message_id, error, base_seq=claim.record.event_seq)
                 await self._release(task.id)
                 return None
+            elif not local and self.engine.max_history_bytes > 0:
+                # Checked at acceptance against the task as it was then; the executions that ran while this message
+                # waited in the queue have added to the history since. (Run here behind a local execution, the
+                # runner checks it when its turn comes.)
+                try:
+                    check_history(task, claim.record.read, request.message, self.engine.max_history_bytes)
+                except InvalidParamsError as error:
+                    await self.bus.publish_error(item.task_id, message_id, error, base_seq=claim.record.event_seq)
+                    await self._release(task.id)
+                    return None
             pending = self.engine.admit_claimed(request, call, claim.record, fresh=item.fresh)
             self.bus.run_here(task.id)
             return pending
