@@ -8,8 +8,11 @@ time is refused as retryable. Deliveries: each attempt's lookup ran on the defau
 names took all of its threads (what ``asyncio.to_thread`` and every other lookup need), and each retry looked the
 name up again. Now at most ``DELIVERY_LOOKUPS`` run, on threads of their own; a delivery whose lookup cannot start is
 put off, never dropped, callers share a running lookup, and an answer is kept 30 s (the SSRF check still applied to it
-on every use). And a follow-up carrying an inline push config for a task that is not the caller's answers
-TaskNotFound before its webhook host is looked up.
+on every use). One authenticated owner's deliveries hold ``OWNER_LOOKUPS`` of the places at most, so its slow names
+put off only its own deliveries; a failure is kept 5 s; a delivery's connect goes to the addresses looked up and
+checked before its slots were taken, never looking the name up again; a name the resolver cannot encode (an empty
+label, one over 63 characters) fails a delivery's attempt and is refused at config time. And a follow-up carrying an
+inline push config for a task that is not the caller's answers TaskNotFound before its webhook host is looked up.
 
 No name leaves the process: ``socket.getaddrinfo`` (what the resolver threads call) is replaced by ``FakeDNS`` for
 each test.
@@ -34,12 +37,13 @@ from support.asgi import lifespan, read_body, respond
 from support.servers import HOST
 
 from relaykit import agent
-from relaykit._errors import ResourceExhaustedError
+from relaykit._errors import InvalidParamsError, ResourceExhaustedError
 from relaykit.backends._base import OutboxChanges
 from relaykit.backends.memory import MemoryPushConfigStore
 from relaykit.http._app import create_app
 from relaykit.push import DeliveryPolicy, MemoryPushOutbox, OutboxEntry, PushSender, WebhookGuard
-from relaykit.push._ssrf import DELIVERY_LOOKUPS, MAX_LOOKUPS
+from relaykit.push._resolver import Resolver
+from relaykit.push._ssrf import DELIVERY_LOOKUPS, MAX_LOOKUPS, OWNER_LOOKUPS
 from relaykit.testing import StreamingASGITransport
 from relaykit.types import TaskPushNotificationConfig
 
@@ -51,8 +55,11 @@ PRIVATE = "10.1.2.3"  # ... for *.private.test
 class FakeDNS:
     """``socket.getaddrinfo`` for the resolver threads: ``*.slow.test`` blocks its thread until ``release`` (counting
     the threads held at once) and then fails, ``*.late.test`` blocks the same way and then answers 127.0.0.1 (at once
-    after ``release``), ``*.fast.test`` answers a public address at once, ``*.private.test`` a private one; every
-    name asked is recorded. IP literals are answered as themselves; anything else fails as an unknown name."""
+    after ``release``), ``*.local.test`` answers 127.0.0.1 at once, ``*.flip.test`` 127.0.0.1 the first time and
+    127.0.0.2 after (a DNS answer that changes), ``*.fast.test`` a public address at once, ``*.private.test`` a
+    private one; every name asked is recorded. IP literals are answered as themselves; anything else fails as an
+    unknown name. A name is IDNA-encoded first, as ``socket.getaddrinfo`` does (an empty label or one over 63
+    characters raises ``UnicodeError``)."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
@@ -72,6 +79,8 @@ class FakeDNS:
                 self.held -= 1
 
     def __call__(self, host: Any, port: Any, *args: Any, **kwargs: Any) -> list[Any]:
+        if isinstance(host, str):
+            host.encode("idna")  # what socket.getaddrinfo does with a str host before asking anybody
         name = host.decode() if isinstance(host, bytes) else str(host)
         try:
             ipaddress.ip_address(name)
@@ -81,7 +90,9 @@ class FakeDNS:
             return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (name, int(port or 0)))]
         with self._lock:
             self.names.append(name)
-        answer = {".fast.test": PUBLIC, ".private.test": PRIVATE, ".late.test": HOST}
+            flipped = name.endswith(".flip.test") and self.names.count(name) > 1
+        answer = {".fast.test": PUBLIC, ".private.test": PRIVATE, ".late.test": HOST, ".local.test": HOST}
+        answer[".flip.test"] = "127.0.0.2" if flipped else HOST
         if name.endswith((".slow.test", ".late.test")) and not self.release.is_set():
             self._block()
         if name.endswith(".slow.test"):
@@ -265,3 +276,152 @@ async def test_an_inline_config_for_a_task_not_yours_looks_nothing_up(client: ht
     own = await send(client, task_id=task_id, tenant="a", push=True)
     assert own["error"]["code"] == -32004  # UnsupportedOperation: terminal tasks take no more messages
     assert dns.names == ["hooks.fast.test"]
+
+
+async def test_a_failure_is_kept_briefly(dns: FakeDNS) -> None:
+    """A name that does not resolve is looked up once per ``NEGATIVE_TTL``, not once per delivery attempt: a lookup
+    of it holds no place meanwhile. The failures kept are bounded like the answers."""
+    guard = WebhookGuard()
+    for _ in range(3):
+        with pytest.raises(httpcore.ConnectError, match=r"cannot resolve webhook host gone\.missing\.test"):
+            await asyncio.wait_for(guard.connect_addresses("gone.missing.test", 443), WAIT)
+    assert dns.names == ["gone.missing.test"]
+
+    brief = WebhookGuard(dns_negative_ttl=0.05)
+    with pytest.raises(httpcore.ConnectError):
+        await asyncio.wait_for(brief.connect_addresses("again.missing.test", 443), WAIT)
+    await _until(lambda: _forgotten(brief.resolver, "again.missing.test"), "the failure expires")
+    with pytest.raises(httpcore.ConnectError):
+        await asyncio.wait_for(brief.connect_addresses("again.missing.test", 443), WAIT)
+    assert dns.names.count("again.missing.test") == 2
+
+    small = Resolver(size=2)
+    for name in ("n0.missing.test", "n1.missing.test", "n2.missing.test", "n0.missing.test"):
+        with pytest.raises(OSError, match="Name or service not known"):
+            await asyncio.wait_for(small.resolve(name, 443, asyncio.Semaphore(1), WAIT), WAIT)
+    assert dns.names.count("n0.missing.test") == 2  # dropped, oldest first, when the third failed
+
+
+def _forgotten(resolver: Resolver, name: str) -> bool:
+    try:
+        resolver.cached(name)
+    except OSError:
+        return False
+    return True
+
+
+async def _sender_for(
+    urls: list[tuple[str, str]], guard: WebhookGuard, policy: DeliveryPolicy
+) -> tuple[PushSender, MemoryPushOutbox]:
+    """A sender whose outbox holds one notification per ``(owner, url)``, each on a task of its own (resumed in that
+    order: the outbox sorts by owner, then task id)."""
+    configs, outbox = MemoryPushConfigStore(), MemoryPushOutbox()
+    entries = []
+    for i, (owner, url) in enumerate(urls):
+        await configs.put(TaskPushNotificationConfig(task_id=f"t{i:03d}", id="c", url=url), owner=owner)
+        entries.append(OutboxEntry(f"e{i}", f"t{i:03d}", "c", 1, b"{}", owner=owner, created_at=time.time()))
+    await outbox.commit(OutboxChanges(added=entries))
+    return PushSender(configs, outbox, guard=guard, policy=policy), outbox
+
+
+class Arrivals:
+    """An ASGI receiver answering 200; ``await arrived(path, timeout)`` returns once a POST to ``path`` came."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self._changed = asyncio.Event()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        await read_body(receive)
+        self.paths.append(scope["path"])
+        self._changed.set()
+        await respond(send, 200, b"")
+
+    async def arrived(self, path: str, timeout: float) -> None:  # noqa: ASYNC109
+        async def wait() -> None:
+            while path not in self.paths:
+                self._changed.clear()
+                await self._changed.wait()
+
+        await asyncio.wait_for(wait(), timeout)
+
+
+async def test_one_owner_whose_dns_never_answers_holds_only_its_share_of_the_lookups(dns: FakeDNS) -> None:
+    """An authenticated owner's 6 webhooks are on names whose DNS hangs: they took all 4 delivery lookup places, and
+    every other owner's delivery to a host name was put off until they ended. Now that owner's lookups hold
+    ``OWNER_LOOKUPS`` (2) places at most (its others are put off), and another owner's notification arrives at
+    once, while the hung lookups still hang."""
+    receiver = Arrivals()
+    async with serving(receiver) as base:
+        port = int(base.rsplit(":", 1)[1])
+        hung = [("jwt:attacker", f"http://h{i}.slow.test:{port}/stuck") for i in range(6)]
+        guard = WebhookGuard((HOST,), lookup_timeout=0.2)
+        policy = DeliveryPolicy(backoff=0.05, max_backoff=0.2, max_attempts=1000, suspend_after=0)
+        sender, _ = await _sender_for([*hung, ("jwt:victim", f"http://v.local.test:{port}/fine")], guard, policy)
+        await sender.start()
+        try:
+            await _until(lambda: dns.held >= OWNER_LOOKUPS, "the attacker's lookups hang")
+            await receiver.arrived("/fine", 2.0)
+            assert dns.held == OWNER_LOOKUPS  # still hanging: the victim got a place beside them
+        finally:
+            await sender.stop(drain=0)
+    assert dns.peak == OWNER_LOOKUPS
+
+
+async def test_a_delivery_connects_to_the_addresses_it_checked_without_a_second_lookup(dns: FakeDNS) -> None:
+    """Nothing kept (``dns_ttl=0``), and the name's answer changes after its first lookup: the connect looked the
+    name up again (a second lookup, which could also find no place and fail the attempt) and went to the new answer,
+    127.0.0.2, which the SSRF guard refuses here, so the attempt failed. Now it goes to the address looked up and
+    checked before the slots were taken, and the name is looked up once per attempt."""
+    receiver = Arrivals()
+    async with serving(receiver) as base:
+        port = int(base.rsplit(":", 1)[1])
+        guard = WebhookGuard((HOST,), dns_ttl=0)
+        policy = DeliveryPolicy(max_attempts=1, suspend_after=0)
+        sender, outbox = await _sender_for([("anonymous", f"http://hooks.flip.test:{port}/n")], guard, policy)
+        await sender.start()
+        try:
+            await asyncio.wait_for(sender.drained(), WAIT)
+            dead = await outbox.dead_letters("t000")
+        finally:
+            await sender.stop(drain=0)
+    assert [e.last_error for e in dead] == []
+    assert receiver.paths == ["/n"]
+    assert dns.names == ["hooks.flip.test"]
+
+
+INVALID_NAMES = ["a" * 64 + ".fast.test", "a..fast.test"]  # a label over 63 characters; an empty label
+
+
+async def test_a_host_name_the_resolver_cannot_encode_fails_the_attempt(dns: FakeDNS) -> None:
+    """``getaddrinfo`` raises ``UnicodeError`` (not an ``OSError``) for such a name: it escaped the delivery step, the
+    runner logged it every second and nothing was counted until ``max_age``. Now it is an attempt that failed as a
+    name that does not resolve, and with one attempt allowed the notification is a dead letter saying why."""
+    guard = WebhookGuard()
+    policy = DeliveryPolicy(max_attempts=1, suspend_after=0)
+    sender, outbox = await _sender_for([("anonymous", f"http://{name}/hook") for name in INVALID_NAMES], guard, policy)
+    await sender.start()
+    try:
+        await asyncio.wait_for(sender.drained(), WAIT)
+        dead = [e for i in range(len(INVALID_NAMES)) for e in await outbox.dead_letters(f"t{i:03d}")]
+    finally:
+        await sender.stop(drain=0)
+    assert len(dead) == len(INVALID_NAMES)
+    for entry in dead:
+        assert entry.attempts == 1
+        assert "ConnectError: cannot resolve webhook host" in entry.last_error
+        assert "not a valid host name" in entry.last_error
+
+
+@pytest.mark.parametrize("name", INVALID_NAMES, ids=["long-label", "empty-label"])
+async def test_a_host_name_the_resolver_cannot_encode_is_refused_at_config_time(dns: FakeDNS, name: str) -> None:
+    guard = WebhookGuard()
+    with pytest.raises(InvalidParamsError) as refused:
+        await asyncio.wait_for(guard.check_config(f"https://{name}/hook", "url"), WAIT)
+    assert "is not a valid URL" in refused.value.message
+    [(field, reason)] = refused.value.field_violations
+    assert field == "url"
+    assert "not a valid host name" in reason

@@ -112,6 +112,29 @@ def test_the_error_names_the_field(guarded: Server) -> None:
     assert violations[0]["fieldViolations"][0]["field"] == "configuration.taskPushNotificationConfig.url"
 
 
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+@pytest.mark.parametrize("host", ["a" * 64 + ".example.com", "a..example.com"], ids=["long-label", "empty-label"])
+def test_a_host_that_is_no_dns_name_is_refused_as_invalid_params(guarded: Server, binding: str, host: str) -> None:
+    """The resolver raised ``UnicodeError`` (not an ``OSError``) for an empty label or one over 63 characters, which
+    escaped the SSRF guard's check (an internal error); now the config is refused as invalid params naming the
+    field, and nothing is stored."""
+    task_id = _completed_task(guarded)
+    status, error = _create(guarded, binding, task_id, f"https://{host}/hook")
+    if binding == "rest":
+        assert status == 400, error
+        assert error["status"] == "INVALID_ARGUMENT"
+        violations = [d for d in error["details"] if d["@type"].endswith("BadRequest")]
+        [violation] = violations[0]["fieldViolations"]
+        assert violation["field"] == "url"
+        assert "not a valid host name" in violation["description"]
+    else:
+        assert status == 200
+        assert error["code"] == -32602, error
+    assert "not a valid host name" in error["message"]
+    listed = httpx.get(f"{guarded.base}/tasks/{task_id}/pushNotificationConfigs", headers=A2A).json()
+    assert listed.get("configs", []) == []
+
+
 def test_allow_list_opens_loopback(recorder: Recorder, tmp_path: Path) -> None:
     allow = ("--push-allow", "127.0.0.1", "--push-allow", "::1", "--push-allow", "localhost")
     server = Server("examples/echo.py", *allow, log_dir=tmp_path)

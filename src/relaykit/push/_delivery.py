@@ -12,10 +12,12 @@ hook, fills it. Rules every line below keeps:
   (taken over) or ran out unrenewed, the runner stops and forgets its queue without writing anything: the entries
   stay in the outbox for the lease's next holder (the sweep of any replica, this one included, takes them up once
   no live lease covers them);
-* an attempt holds a slot of its destination, of its owner and of the total (``_slots``): a receiver that never
-  answers holds only its destination's share. The destination is the address the webhook's host resolves to, looked
-  up (``_resolver``: bounded, kept 30 s) and checked by the SSRF guard before the slots are taken; a lookup that
-  cannot start (this process's delivery lookups are all in progress) puts the entry off like a retry, without
+* an attempt holds a slot of its host, of its address, of its owner and of the total (``_slots``): a receiver that
+  never answers holds only its share. The address is the first the webhook's host resolves to, looked up
+  (``_resolver``: bounded, per owner too, kept 30 s) and checked by the SSRF guard before the slots are taken; the
+  attempt's connect then goes to those checked addresses without looking the host up again (``connecting_to``), so
+  it reaches the address its slot counts, and cannot meet a lookup that finds no place. A lookup that cannot start
+  (this process's or this owner's delivery lookups are all in progress) puts the entry off like a retry, without
   counting an attempt (it is not the receiver's failure), and one that fails or is refused is a failed attempt;
 * an entry leaves its queue only as delivered, dead (``max_attempts``, ``max_age``, or its config suspended) or
   discarded (its config deleted); a retry waits ``DeliveryPolicy.delay`` (honouring ``Retry-After``);
@@ -39,6 +41,7 @@ from typing import Any
 import httpcore
 import httpx
 
+from relaykit._principal import ANONYMOUS
 from relaykit._types import TaskPushNotificationConfig
 from relaykit.backends._base import DeliveryOutcome, OutboxEntry, PushOutbox, StreamKey
 from relaykit.push._config_cache import ConfigCache
@@ -48,7 +51,7 @@ from relaykit.push._policy import DeliveryPolicy
 from relaykit.push._resolver import LookupBusyError
 from relaykit.push._signing import PushSigner
 from relaykit.push._slots import DeliverySlots, destination
-from relaykit.push._ssrf import WebhookGuard, WebhookRefusedError
+from relaykit.push._ssrf import WebhookGuard, WebhookRefusedError, connecting_to, done_connecting
 from relaykit.push._suspend import Suspensions
 from relaykit.push._webhook import post_webhook, webhook_headers
 
@@ -67,8 +70,9 @@ class _Stream:
         self.queue: collections.deque[OutboxEntry] = collections.deque()
         self.runner: asyncio.Task[None] | None = None
         self.holder = ""  # the runner's lease holder id
-        # The config's URL at the last attempt, its ``host:port`` (the slot key when no address is known), and the
-        # host and port it connects to (port 0: the URL cannot be split; its attempt fails on its own).
+        # The config's URL at the last attempt, its ``host:port`` (its host's slot key), and the host and port it
+        # connects to, the host as httpx hands it to the connect (port 0: the URL cannot be split or parsed; its
+        # attempt fails on its own).
         self.url = ""
         self.destination = ""
         self.host = ""
@@ -254,11 +258,13 @@ class StreamDelivery:
             stream.url = config.url
             stream.destination = destination(config.url)
             try:
-                stream.host, stream.port = self.guard.split(config.url)
-            except WebhookRefusedError:
+                _, stream.port = self.guard.split(config.url)
+                # The name the connect is asked for (lowercase, IDNA-encoded): the one looked up and checked here.
+                stream.host = httpx.URL(config.url).raw_host.decode("ascii")
+            except (WebhookRefusedError, httpx.InvalidURL, UnicodeError):
                 stream.host, stream.port = "", 0
         try:
-            where = await self._destination(stream)
+            addresses = await self._addresses(stream)
         except LookupBusyError as exc:
             return self._put_off(entry, str(exc))
         except httpcore.ConnectError as exc:
@@ -267,24 +273,31 @@ class StreamDelivery:
                 return self._lease_lost(stream)
             ok, error, retry_after = False, f"ConnectError: {exc}"[:500], None
         else:
-            async with self._slots.hold(where, (key[0], key[1])):
-                if lease_left is None:
-                    ok, error, retry_after = await self._attempt(entry, config)
-                else:
-                    # Checked again: waiting for a slot may have taken long. The attempt may last only as long as
-                    # the lease surely does (renewal failing: the database is away), so no request of this runner
-                    # is in flight once another replica can take the stream over.
-                    left = lease_left(key, stream.holder)
-                    if left <= 0:
-                        return self._lease_lost(stream)
-                    cut = asyncio.timeout(left)
-                    try:
-                        async with cut:
-                            ok, error, retry_after = await self._attempt(entry, config)
-                    except TimeoutError:
-                        if not cut.expired():
-                            raise
-                        return self._lease_lost(stream)  # not an attempt the receiver failed: nothing is counted
+            address = f"{addresses[0]}:{stream.port}" if addresses else None  # ``destination(url, address)``
+            async with self._slots.hold(stream.destination, address, (key[0], key[1])):
+                # The connect goes to the addresses checked above, the first the one ``address`` counts.
+                connecting = connecting_to(stream.host, stream.port, addresses) if addresses else None
+                try:
+                    if lease_left is None:
+                        ok, error, retry_after = await self._attempt(entry, config)
+                    else:
+                        # Checked again: waiting for a slot may have taken long. The attempt may last only as long
+                        # as the lease surely does (renewal failing: the database is away), so no request of this
+                        # runner is in flight once another replica can take the stream over.
+                        left = lease_left(key, stream.holder)
+                        if left <= 0:
+                            return self._lease_lost(stream)
+                        cut = asyncio.timeout(left)
+                        try:
+                            async with cut:
+                                ok, error, retry_after = await self._attempt(entry, config)
+                        except TimeoutError:
+                            if not cut.expired():
+                                raise
+                            return self._lease_lost(stream)  # not an attempt the receiver failed: nothing counted
+                finally:
+                    if connecting is not None:
+                        done_connecting(connecting)
         now = time.time()
         entry.attempts += 1
         if not stream.queue or stream.queue[0] is not entry:
@@ -323,17 +336,20 @@ class StreamDelivery:
             tel.push_outcome("retried")
         return not self._stopping.is_set()
 
-    async def _destination(self, stream: _Stream) -> str:
-        """The slot key of the stream's destination (``_slots``): the first address its host resolves to, checked
-        by the SSRF guard (the address the connection goes to first; the answer is kept, so the connect finds it),
-        or its ``host:port`` when the sender's client does not connect through the guard."""
+    async def _addresses(self, stream: _Stream) -> list[str]:
+        """The addresses the stream's host resolves to, checked by the SSRF guard (the connection goes to the first
+        that answers; the first keys the address's slots: ``_slots``), or none when the sender's client does not
+        connect through the guard. The lookup holds a place of the stream's owner, when authenticated
+        (``_resolver``: the anonymous owner is every caller of a server without authentication), keyed by the
+        principal alone: a tenant is a name the caller picks, so one owner spread over many is still one."""
         if not self._own_http or not stream.port:
-            return stream.destination
-        addresses = await self.guard.connect_addresses(stream.host, stream.port)
-        return destination(stream.url, addresses[0])
+            return []
+        owner = stream.key[1]
+        return await self.guard.connect_addresses(stream.host, stream.port, owner=None if owner == ANONYMOUS else owner)
 
     def _put_off(self, entry: OutboxEntry, error: str) -> bool:
-        """The entry's lookup could not start: this process's delivery lookups are all in progress (``_resolver``).
+        """The entry's lookup could not start: this process's delivery lookups, or its owner's, are all in progress
+        (``_resolver``).
         Not the receiver's failure, so no attempt is counted (nor a failure toward its suspension): the entry waits
         as a retry would, and goes on until it is delivered or too old (``max_age``)."""
         entry.last_error = error

@@ -9,9 +9,10 @@ stream's queue (one stream per (task, config)), and one runner per stream delive
 ``Authorization: <scheme> <credentials>`` and ``X-A2A-Notification-Token: <token>`` from the config,
 ``X-Relaykit-Event-Id`` (stable per notification) and, with a signing key, ``X-A2A-Signature``.
 
-At most ``DeliveryPolicy.concurrency`` requests are in flight, ``per_destination`` of them to one ``address:port``
-(the address the webhook's host resolves to: names sharing an address share its slots), and ``per_owner`` to one
-owner's webhooks, when set: a receiver that never answers holds only its share (``_slots``). A 2xx removes the
+At most ``DeliveryPolicy.concurrency`` requests are in flight, ``per_destination`` of them to one ``host:port``,
+``per_address`` to one ``address:port`` (the address the webhook's host resolves to: names sharing an address share
+its slots), and ``per_owner`` to one owner's webhooks, when set: a receiver that never answers holds only its share
+(``_slots``). A 2xx removes the
 entry; anything else (or a timeout, default 10 s for the whole request) is retried with exponential backoff and
 jitter, honouring ``Retry-After``, until ``max_attempts`` attempts or ``max_age`` seconds, and then the entry becomes
 a dead letter; a config whose receiver keeps failing is suspended (``_suspend``).

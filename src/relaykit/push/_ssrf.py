@@ -15,22 +15,31 @@ Rules:
   CIDR entry (``127.0.0.1``, ``10.0.0.0/8``, ``::1``) allows those addresses.
 
 At config time a name that does not resolve is accepted (the receiver may not exist yet); the connect-time check
-decides. Lookups go through ``_resolver``: each holds a place until the system resolver answers (the timeout ends the
-wait, not the lookup), on a thread of its own, never the loop's default executor. Config-time checks have
+decides. A host that is no valid DNS name (an empty label, a label over 63 characters) is refused as an invalid URL
+(it never resolves); at delivery it fails like a name that does not resolve.
+
+Lookups go through ``_resolver``: each holds a place until the system resolver answers (the timeout ends the wait,
+not the lookup), on a thread of its own, never the loop's default executor. Config-time checks have
 ``MAX_LOOKUPS`` places (a check whose lookup cannot start within the timeout is refused as retryable,
 RESOURCE_EXHAUSTED), deliveries ``DELIVERY_LOOKUPS`` of their own (a delivery whose lookup cannot start is put off,
-``_delivery``), so names whose DNS answers slowly hold a few threads at most and neither kind waits behind the other.
-An answer is kept ``DNS_TTL`` (30) seconds, so many deliveries to one host look it up once.
+``_delivery``), so names whose DNS answers slowly hold a few threads at most and neither kind waits behind the other;
+an authenticated owner's deliveries hold ``OWNER_LOOKUPS`` (2) of theirs at most, so one owner's slow names cannot
+put off everyone's deliveries. An answer is kept ``DNS_TTL`` (30) seconds, a failure ``NEGATIVE_TTL`` (5), so many
+deliveries to one host look it up once.
 
 At connect time the name is resolved (or its kept answer taken), each address is checked, on every use, and the
 connection goes to a checked address, while the request keeps the original ``Host`` header and TLS server name
 (``GuardedBackend`` under httpx), so a DNS answer that changes between check and connect (rebinding) cannot reach a
-refused address.
+refused address. A delivery resolves and checks its host before it takes its slots (``_delivery``: the slots are
+keyed by the address) and hands those checked addresses to its connect (``connecting_to``): the connect looks
+nothing up again (a second lookup could find no place, or another address than the slot's) and goes only to
+addresses this guard checked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ipaddress
 import logging
 import typing
@@ -40,9 +49,18 @@ from urllib.parse import urlsplit
 import httpcore
 
 from relaykit._errors import InvalidParamsError, ResourceExhaustedError
-from relaykit.push._resolver import DNS_TTL, LookupBusyError, Resolver
+from relaykit.push._resolver import DNS_TTL, NEGATIVE_TTL, InvalidHostError, LookupBusyError, Resolver
+from relaykit.push._slots import KeyedSlots
 
-__all__ = ["GuardedBackend", "LookupBusyError", "WebhookGuard", "WebhookRefusedError", "address_problem"]
+__all__ = [
+    "GuardedBackend",
+    "LookupBusyError",
+    "WebhookGuard",
+    "WebhookRefusedError",
+    "address_problem",
+    "connecting_to",
+    "done_connecting",
+]
 
 log = logging.getLogger("relaykit.push")
 
@@ -53,6 +71,13 @@ RESOLVE_TIMEOUT = 2.0  # seconds for the config-time DNS lookup (and as long aga
 MAX_LOOKUPS = 2  # config-time DNS lookups running at once (each holds a resolver thread until it answers)
 LOOKUP_TIMEOUT = 5.0  # seconds for a delivery-time DNS lookup (and as long again to wait for one to start)
 DELIVERY_LOOKUPS = 4  # delivery-time DNS lookups running at once (places of their own: see ``_resolver``)
+OWNER_LOOKUPS = 2  # of those, for one authenticated owner's deliveries at most (``_resolver``)
+
+# The checked addresses of the delivery in flight in this task: ``(host, port, addresses)``, set by ``_delivery``
+# around one attempt (``connecting_to``), read by ``GuardedBackend.connect_tcp``. A context variable because httpx
+# hands the backend nothing of the request but its host and port; httpcore connects in the requesting task.
+_Checked = tuple[str, int, tuple[str, ...]]
+_CONNECTING: contextvars.ContextVar[_Checked | None] = contextvars.ContextVar("relaykit_push_connecting", default=None)
 
 # Cloud instance metadata services: named in the refusal, since they are the classic SSRF target.
 _METADATA = frozenset(
@@ -151,17 +176,20 @@ class WebhookGuard:
         max_lookups: int = MAX_LOOKUPS,
         lookup_timeout: float = LOOKUP_TIMEOUT,
         delivery_lookups: int = DELIVERY_LOOKUPS,
+        owner_lookups: int = OWNER_LOOKUPS,
         dns_ttl: float = DNS_TTL,
+        dns_negative_ttl: float = NEGATIVE_TTL,
     ) -> None:
         self.allow = tuple(allow)
         self.resolve_timeout = resolve_timeout
         self.max_lookups = max_lookups
         self.lookup_timeout = lookup_timeout
-        self.resolver = Resolver(ttl=dns_ttl)
+        self.resolver = Resolver(ttl=dns_ttl, negative_ttl=dns_negative_ttl)
         # The places of each kind of lookup (``_resolver``): released when a lookup's thread is done, not when its
-        # caller stops waiting for it.
+        # caller stops waiting for it; and those of each authenticated owner's delivery lookups.
         self._lookups = asyncio.Semaphore(max_lookups)
         self._delivery_lookups = asyncio.Semaphore(delivery_lookups)
+        self._owner_lookups = KeyedSlots(owner_lookups)
         self._networks: list[IPNetwork] = []
         self._hosts: set[str] = set()
         self._suffixes: list[str] = []
@@ -240,6 +268,10 @@ class WebhookGuard:
             return
         try:
             addresses = await self._resolve(host, port)
+        except InvalidHostError as exc:
+            raise WebhookRefusedError(
+                f"webhook URL {url!r} is not a valid URL: its host is {exc}", field_reason=f"the host is {exc}"
+            ) from None
         except (OSError, TimeoutError):
             if _is_localhost(host):
                 raise self._refusal(url, host, None, "loopback (localhost)") from None
@@ -267,18 +299,26 @@ class WebhookGuard:
                 retry_after="1",
             ) from None
 
-    async def connect_addresses(self, host: str, port: int, timeout: float | None = None) -> list[str]:  # noqa: ASYNC109
+    async def connect_addresses(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109
+        owner: str | None = None,
+    ) -> list[str]:
         """The connect-time check: the checked addresses to connect to for ``host`` (raises ``ConnectError``, and
-        ``LookupBusyError`` when its lookup cannot start: ``DELIVERY_LOOKUPS``). A kept answer (``DNS_TTL``) is
-        checked like a fresh one."""
+        ``LookupBusyError`` when its lookup cannot start: ``DELIVERY_LOOKUPS``, and ``OWNER_LOOKUPS`` of ``owner``'s
+        when one is given: pass none for the anonymous owner). A kept answer (``DNS_TTL``) is checked like a fresh
+        one."""
         ip = _parse_ip(host)
         addresses: typing.Sequence[IPAddress]
         if ip is not None:
             addresses = [ip]
         else:
             wait = min(timeout, self.lookup_timeout) if timeout else self.lookup_timeout
+            places = (self._owner_lookups, owner) if owner is not None else None
             try:
-                addresses = await self.resolver.resolve(host, port, self._delivery_lookups, wait)
+                addresses = await self.resolver.resolve(host, port, self._delivery_lookups, wait, places)
             except LookupBusyError:
                 raise
             except (OSError, TimeoutError) as exc:
@@ -306,6 +346,17 @@ class WebhookGuard:
         return [str(a) for a in addresses]
 
 
+def connecting_to(host: str, port: int, addresses: Iterable[str]) -> contextvars.Token[_Checked | None]:
+    """Until ``done_connecting(token)``: this task's connect to ``host:port`` goes to ``addresses`` (what
+    ``connect_addresses`` returned: checked), in order, without another lookup."""
+    return _CONNECTING.set((host.lower(), port, tuple(addresses)))
+
+
+def done_connecting(token: contextvars.Token[_Checked | None]) -> None:
+    """The end of ``connecting_to``'s hold."""
+    _CONNECTING.reset(token)
+
+
 def _is_localhost(host: str) -> bool:
     name = host.lower().rstrip(".")
     return name == "localhost" or name.endswith(".localhost")
@@ -315,8 +366,10 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
     """An httpcore network backend that connects only to addresses the guard checked.
 
     httpcore asks it for a TCP connection to the URL's host; it resolves the host once, checks every address and
-    connects to a checked one (the next on failure). TLS then starts on that socket with the URL's host as server
-    name, and the request carries the URL's ``Host``: nothing but the socket's peer changes.
+    connects to a checked one (the next on failure). A delivery that resolved and checked the host already hands its
+    addresses over (``connecting_to``): they are used as they are, with no second lookup. TLS then starts on that
+    socket with the URL's host as server name, and the request carries the URL's ``Host``: nothing but the socket's
+    peer changes.
     """
 
     def __init__(self, guard: WebhookGuard, inner: httpcore.AsyncNetworkBackend | None = None) -> None:
@@ -331,7 +384,12 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: typing.Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        addresses = await self.guard.connect_addresses(host, port, timeout)
+        checked = _CONNECTING.get()
+        addresses: typing.Sequence[str]
+        if checked is not None and checked[1] == port and checked[0] == host.lower():
+            addresses = checked[2]
+        else:
+            addresses = await self.guard.connect_addresses(host, port, timeout)
         error: Exception | None = None
         for address in addresses:
             try:
