@@ -292,6 +292,18 @@ class AgentCard(A2AModel):
     signatures: list[AgentCardSignature] = Field(default_factory=list)
     icon_url: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_modes_read(cls, data: Any) -> Any:
+        # A card's JSON always carries ``defaultInputModes`` (REQUIRED on the wire), and every card relaykit serves
+        # says ``["text/plain"]`` when its author declared nothing: that exact value read in the wire's spelling (a
+        # card's JSON, a copy of a served card) is the default, not a declaration, and is left unset (same value,
+        # same output) so ``model_fields_set`` tells it apart from ``default_input_modes=[...]`` given in code. The
+        # server's media-type check (``server._modes``) is on only for a declaration. One lookup per card read.
+        if isinstance(data, dict) and data.get("defaultInputModes") == ["text/plain"]:
+            data = {key: value for key, value in data.items() if key != "defaultInputModes"}
+        return data
+
     @model_serializer(mode="wrap")
     def _required_always(self, handler: Any) -> dict[str, Any]:
         # REQUIRED card fields are emitted even when empty (the spec's canonical form for signing keeps them, and

@@ -18,6 +18,7 @@ from auth.conftest import BINDINGS, T, pem, public_pem
 from auth.whoami_agent import whoami
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from relaykit._jws import sign_served_json
 from relaykit.auth import APIKeyAuthenticator, Auth
 from relaykit.client import APIKeyAuth, CardSignatureVerifier, sign_card
 from relaykit.errors import A2AInvalidCardError
@@ -88,3 +89,35 @@ async def test_a_tampered_extended_card_is_refused(agent: Callable[..., Any], bi
         assert (await client.extended_card()).skills == signed.skills
     assert public is not None
     assert public.name == "whoami"
+
+
+async def test_a_card_signed_in_the_spec_form_verifies_over_grpc(agent: Callable[..., Any]) -> None:
+    """The spec's canonical form keeps REQUIRED fields even when empty (a skill's ``"description": ""`` and
+    ``"tags": []``, ``"supportedInterfaces": []``, digest §7.5); protobuf does not carry them, and the ProtoJSON of
+    the message received used to leave them out, so such a card, signed by a conformant signer, was refused over
+    gRPC. The client rebuilds that form from the message (REQUIRED fields kept), and the card verifies."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    spec_form = {
+        "name": "whoami (extended)",
+        "description": "more for known callers",
+        "supportedInterfaces": [],
+        "version": "1.0.0",
+        "capabilities": {},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "plain", "name": "plain", "description": "", "tags": []}],
+    }
+    signed = AgentCard.model_validate(sign_served_json(spec_form, pem(key), kid="card-key"))
+
+    async def provider(call: Any) -> AgentCard:
+        return signed  # served as it is: it is signed already
+
+    served = await agent(whoami, auth=_auth(), extended_card=provider, card_signing_key=pem(key))
+    verifier = Recording(key)
+    async with asyncio.timeout(T):
+        client = await served.client("GRPC", APIKeyAuth("alice-key"), card_verifier=verifier)
+        card = await client.extended_card()
+    assert card.skills == signed.skills
+    received = dict(verifier.seen[1][1])
+    received.pop("signatures")
+    assert received == spec_form

@@ -40,13 +40,13 @@ FAST = ResumePolicy(attempts=3, backoff=0.001, max_backoff=0.002)
 TASK = "task-1"
 CONTEXT = "ctx-1"
 
-Answer = SendMessageResponse | Task | Sequence[Event]
+Answer = SendMessageResponse | Task | Sequence[Event] | Response
 
 
 class Stub:
     """A JSON-RPC agent on 127.0.0.1 that answers each method from a script: ``script[method]`` lists the answers of
     its calls in order, the last one repeated (a model: the JSON-RPC result; a list of events: an SSE stream of them,
-    closed after the last). ``calls`` lists the methods called."""
+    closed after the last; a ``Response``: that HTTP answer). ``calls`` lists the methods called."""
 
     def __init__(self, script: dict[str, list[Answer]], *, streaming: bool) -> None:
         self.script = script
@@ -82,6 +82,8 @@ class Stub:
         self.calls.append(method)
         answers = self.script[method]
         answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Response):
+            return answer
         if isinstance(answer, SendMessageResponse | Task):
             result = {"jsonrpc": "2.0", "id": envelope["id"], "result": answer.to_dict()}
             return Response(200, [("content-type", "application/json")], json.dumps(result).encode())
@@ -272,6 +274,67 @@ async def test_waiting_out_of_band_stops_at_a_new_interruption() -> None:
         assert await client.ask("hello") == "done"
     assert seen == ["Sign in", "Sign in again"]
     assert stub.calls == ["SendMessage", "SubscribeToTask", "SendMessage"]
+
+
+def _out_of_band(task: Task) -> None:
+    """An ``on_auth_required`` handler for a credential that goes out of band: nothing to send, wait."""
+
+
+async def test_waiting_out_of_band_polls_once_the_server_closes_the_subscription() -> None:
+    """Servers may close a subscription at an interrupted state (many 0.3 servers do): the subscription answers the
+    task as it is, still AUTH_REQUIRED, and ends. Resubscribing would only replay that status until the attempts ran
+    out (``A2AReconnectError``); the client polls GetTask instead, and returns the outcome when the task completes."""
+    auth = _task(TaskState.AUTH_REQUIRED, text="Sign in")
+    script: dict[str, list[Answer]] = {
+        "SendMessage": [_sent(auth)],
+        "SubscribeToTask": [[auth]],  # the snapshot, then the end of the stream
+        "GetTask": [auth, auth, _task(TaskState.COMPLETED, artifact="done")],
+    }
+    async with (
+        asyncio.timeout(T),
+        Stub(script, streaming=True) as stub,
+        Client(stub.url, resume=FAST, on_auth_required=_out_of_band) as client,
+    ):
+        assert await client.ask("hello") == "done"
+    assert stub.calls == ["SendMessage", "SubscribeToTask", "GetTask", "GetTask", "GetTask"]
+
+
+async def test_waiting_out_of_band_polls_when_the_subscription_cannot_be_resumed() -> None:
+    """A subscription refused time after time (503) ends in ``A2AReconnectError``; waiting out of band, the client
+    polls GetTask instead of giving up on a task that is still waiting for its credential."""
+    auth = _task(TaskState.AUTH_REQUIRED, text="Sign in")
+    unavailable = Response(503, [("content-type", "text/plain")], b"busy")
+    script: dict[str, list[Answer]] = {
+        "SendMessage": [_sent(auth)],
+        "SubscribeToTask": [unavailable],
+        "GetTask": [auth, auth, _task(TaskState.COMPLETED, artifact="done")],
+    }
+    async with (
+        asyncio.timeout(T),
+        Stub(script, streaming=True) as stub,
+        Client(stub.url, resume=FAST, on_auth_required=_out_of_band) as client,
+    ):
+        assert await client.ask("hello") == "done"
+    assert stub.calls.count("SubscribeToTask") == FAST.attempts + 1
+    assert stub.calls[-1] == "GetTask"
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["subscribe", "poll"])
+async def test_input_timeout_bounds_the_out_of_band_wait(streaming: bool) -> None:
+    """A credential that never arrives: ``ask()`` waits ``input_timeout`` for the task to move on, then raises the
+    task's ``A2ATaskAuthRequiredError`` (it used to poll for ever)."""
+    auth = _task(TaskState.AUTH_REQUIRED, text="Sign in")
+    script: dict[str, list[Answer]] = {"SendMessage": [_sent(auth)], "SubscribeToTask": [[auth]], "GetTask": [auth]}
+    async with (
+        asyncio.timeout(5.0),
+        Stub(script, streaming=streaming) as stub,
+        Client(stub.url, resume=FAST, input_timeout=0.2, on_auth_required=_out_of_band) as client,
+    ):
+        with pytest.raises(A2ATaskAuthRequiredError, match=r"input_timeout \(0\.2 s\)") as info:
+            await client.ask("hello")
+    assert info.value.task.status.state is TaskState.AUTH_REQUIRED
+    assert info.value.task.id == TASK
+    assert "GetTask" in stub.calls
 
 
 async def test_an_auth_handler_returning_bare_headers_is_told_what_to_return() -> None:

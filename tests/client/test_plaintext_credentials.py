@@ -3,19 +3,22 @@ HTTP+JSON, gRPC and the card request.
 
 Remote hosts here are TEST-NET addresses (192.0.2.0/24, RFC 5737) and ``agent.example``: an httpx request hook
 records what the client tried to send, so a refusal is seen to happen before any request is made; the one test that
-lets a request go bounds it with a short connect timeout.
+lets a request go bounds it with a short connect timeout. The headers an ``on_auth_required`` handler returns in
+``Credentials`` are tried against ``AuthAgent``, a scripted agent behind an httpx mock transport (an AUTH_REQUIRED
+task needs a remote agent that answers, and nothing may leave the machine).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import httpx
 import pytest
 
-from relaykit.client import APIKeyAuth, BearerAuth, Client, RetryPolicy
+from relaykit.client import APIKeyAuth, BearerAuth, Client, Credentials, ResumePolicy, RetryPolicy
 from relaykit.client._card import grpc_available
 from relaykit.client._plaintext import CredentialGuard
 from relaykit.errors import A2AError, A2AInsecureCredentialsError
@@ -218,3 +221,77 @@ async def test_a_benign_custom_header_goes_as_plaintext_grpc_metadata() -> None:
             with pytest.raises(A2AError) as failed:  # nothing answers at TEST-NET: the call was made, and failed
                 await client.get_task("t-1")
     assert not isinstance(failed.value, A2AInsecureCredentialsError)
+
+
+# --- headers an on_auth_required handler gives (in-task authorization) -----------------------------------------
+
+# Credentials by definition, with names the word list does not catch.
+GIVEN = ["X-Calendar-Key", "X-Jwt", "X-Signature"]
+
+
+class AuthAgent:
+    """A JSON-RPC agent at ``REMOTE`` (an httpx mock transport: nothing leaves the machine) whose task waits in
+    AUTH_REQUIRED until a request carries the header ``needed``; ``requests`` keeps every request it received."""
+
+    def __init__(self, needed: str) -> None:
+        self.needed = needed.lower()
+        self.requests: list[httpx.Request] = []
+        self.http = httpx.AsyncClient(transport=httpx.MockTransport(self.answer))
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        call = json.loads(request.content)
+        signed_in = self.needed in request.headers
+        state = "TASK_STATE_COMPLETED" if signed_in else "TASK_STATE_AUTH_REQUIRED"
+        status: dict[str, Any] = {"state": state}
+        if not signed_in:
+            status["message"] = {"messageId": "m-auth", "role": "ROLE_AGENT", "parts": [{"text": "sign in"}]}
+        task: dict[str, Any] = {"id": "t-1", "contextId": "c-1", "status": status}
+        if signed_in:
+            task["artifacts"] = [{"artifactId": "a", "parts": [{"text": "3 meetings"}]}]
+        result = {"task": task} if call["method"] == "SendMessage" else task
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "result": result})
+
+    def carried(self) -> list[bool]:
+        """Whether each request carried the credential header."""
+        return [self.needed in request.headers for request in self.requests]
+
+
+@pytest.mark.parametrize("message", ["signed in", None], ids=["follow-up", "out-of-band"])
+@pytest.mark.parametrize("name", GIVEN)
+async def test_headers_given_in_credentials_are_refused_over_plain_http(name: str, message: str | None) -> None:
+    """Every header of ``Credentials`` is a credential, whatever its name: the follow-up (or the wait) that would
+    carry it in clear to a remote host is refused before it is sent, and the client's headers stay as they were."""
+    agent = AuthAgent(name)
+    client = Client(
+        card=_card("JSONRPC", REMOTE + "/"),
+        http=agent.http,
+        on_auth_required=lambda task: Credentials({name: "s3cret"}, message=message),
+    )
+    async with asyncio.timeout(T), client:
+        with pytest.raises(A2AInsecureCredentialsError) as refused:
+            await client.ask("what is on my calendar?")
+        assert name not in client.headers
+        with pytest.raises(A2AInsecureCredentialsError):  # and stays refused
+            await client.ask("what is on my calendar?")
+    await agent.http.aclose()
+    assert agent.carried() == [False, False]  # each ask's first message (no credential in it), nothing after
+    assert name in refused.value.message
+    assert "s3cret" not in refused.value.message
+
+
+@pytest.mark.parametrize("message", ["signed in", None], ids=["follow-up", "out-of-band"])
+async def test_headers_given_in_credentials_go_with_the_opt_in(message: str | None) -> None:
+    agent = AuthAgent("X-Calendar-Key")
+    client = Client(
+        card=_card("JSONRPC", REMOTE + "/"),
+        http=agent.http,
+        resume=ResumePolicy(attempts=1, backoff=0.001, max_backoff=0.001),
+        on_auth_required=lambda task: Credentials({"X-Calendar-Key": "s3cret"}, message=message),
+        allow_insecure_credentials=True,
+    )
+    async with asyncio.timeout(T), client:
+        assert await client.ask("what is on my calendar?") == "3 meetings"
+    await agent.http.aclose()
+    assert agent.carried() == [False, True]
+    assert agent.requests[1].headers["x-calendar-key"] == "s3cret"

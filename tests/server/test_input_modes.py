@@ -2,6 +2,8 @@
 
 * The matcher's rules, as plain functions: case, parameters, wildcards, 0.3's bare tokens, the union of the card's
   defaults and every skill's modes, and no matcher at all (no check) when nothing is declared or everything is.
+  What counts as declared: only the public card starts the check (an extended card's modes add to it), and a card
+  read from JSON that says exactly ``["text/plain"]`` (every served card's JSON does) declares nothing.
 * On the wire: two ``relaykit serve`` processes with gRPC (``_modes_agents.py``), spoken to by relaykit's client
   pinned to each binding (JSON-RPC, HTTP+JSON, gRPC) and each version (1.0, 0.3). A part the agent does not accept is
   refused with ``ContentTypeNotSupportedError`` naming its index and media type, on SendMessage and
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import uuid
 from collections.abc import Iterator
 
@@ -27,6 +30,7 @@ from support.servers import ServerPool, ServerProcess, start_serve
 
 from relaykit import agent
 from relaykit._grpc_gen import a2a_pb2 as pb
+from relaykit.assembly import build_card
 from relaykit.client import Client
 from relaykit.errors import ContentTypeNotSupportedError
 from relaykit.grpc import SERVICE_NAME
@@ -123,6 +127,58 @@ def test_a_fixed_extended_card_adds_its_modes() -> None:
     assert not alone.accepts(pdf)
     assert both.accepts(pdf)
     assert RequestHandler(engine, AgentCard(name="a")).input_modes is None
+
+
+def _echo_engine() -> TaskEngine:
+    @agent
+    async def echo(context: object) -> str:
+        return "ok"
+
+    return TaskEngine(echo)
+
+
+def _served_json(card: AgentCard) -> str:
+    """``card`` as ``relaykit serve`` serves it: what an author copies into a card file."""
+    return build_card(_echo_engine().executor, card, public_url="http://127.0.0.1:8000").to_json().decode()
+
+
+def test_an_extended_card_copied_from_the_served_card_turns_no_check_on() -> None:
+    """``relaykit serve --extended-card card.json`` with a card copied from the served one (whose JSON always says
+    ``defaultInputModes: ["text/plain"]``): images, PDFs and JSON data parts are still accepted from every caller.
+    Nor does an extended card that declares modes start the check by itself: the public card says what is checked."""
+    served = json.loads(_served_json(AgentCard(name="a", skills=[AgentSkill(id="s", name="s")])))
+    assert served["defaultInputModes"] == ["text/plain"]
+    copied = AgentCard.model_validate({**served, "name": "a (extended)"})  # as --extended-card reads its file
+    widening = AgentCard.model_validate({**served, "defaultInputModes": ["text/plain", "application/pdf"]})
+    engine = _echo_engine()
+    public = AgentCard(name="a")
+    assert RequestHandler(engine, public, extended_card=copied).input_modes is None
+    assert RequestHandler(engine, public, extended_card=widening).input_modes is None
+    # Behind a public card that declares its modes, the extended card's add to them.
+    declared = AgentCard(name="a", default_input_modes=["text/plain", "image/*"])
+    both = RequestHandler(engine, declared, extended_card=widening).input_modes
+    assert both is not None
+    assert both.accepts(Part(raw=b"%PDF", media_type="application/pdf"))
+    assert not both.accepts(Part(raw=b"x", media_type="audio/ogg"))
+
+
+def test_a_public_card_read_from_json_with_the_default_turns_no_check_on() -> None:
+    """A public card read from JSON (a file, a copy of a served card) that says exactly ``["text/plain"]`` says
+    nothing (every card's JSON has the field); any other value read from JSON is a declaration, and so is any value
+    given in code, ``["text/plain"]`` included. The card is served as it was."""
+    text = _served_json(AgentCard(name="a"))
+    read = AgentCard.from_json(text)
+    assert read.default_input_modes == ["text/plain"]
+    assert json.loads(read.to_json())["defaultInputModes"] == ["text/plain"]  # unchanged on the wire
+    assert InputModes.of(read) is None
+    assert RequestHandler(_echo_engine(), read).input_modes is None
+    declared = AgentCard.from_json(_served_json(AgentCard(name="a", default_input_modes=["text/plain", "image/png"])))
+    assert InputModes.of(declared) is not None
+    in_code = InputModes.of(AgentCard(name="a", default_input_modes=["text/plain"]))
+    assert in_code is not None
+    assert not in_code.accepts(Part(raw=b"x", media_type="image/png"))
+    snake = AgentCard.model_validate({"name": "a", "default_input_modes": ["text/plain"]})  # Python's spelling
+    assert InputModes.of(snake) is not None
 
 
 def test_the_error_names_the_part_and_stays_short() -> None:

@@ -8,8 +8,9 @@ Rules:
   ``A2AInvalidCardError`` (an ``A2AError`` the verifier raises is kept as it is) and sends the agent nothing.
   ``Client(card_verifier=…)`` and ``CardResolver(verifier=…)`` run it on every card they fetch, before it is cached
   or used: the client on the public card and on the extended one (GetExtendedAgentCard) alike. Over gRPC the
-  extended card arrives as protobuf, and ``received`` is that message's ProtoJSON (``GrpcTransport.call_received``
-  says why that is sound).
+  extended card arrives as protobuf, and ``received`` is that message's ProtoJSON in the spec's canonical form
+  (REQUIRED fields kept even when empty; ``GrpcTransport.call_received`` says why that is sound, and which signed
+  JSON it cannot rebuild: a non-REQUIRED field kept at its default, such as ``"required": false``).
 * Signatures are checked on what was received: ``verify_card(..., received=...)`` canonicalises that JSON object
   (RFC 8785) as well as the parsed card, so members this client does not model (a newer spec's, a vendor's), which
   the parsed card drops, are covered by the signature and cannot be forged around it.

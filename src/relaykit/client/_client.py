@@ -40,6 +40,7 @@ from relaykit._card import AgentCard, AgentInterface
 from relaykit._enums import TaskState
 from relaykit._errors import (
     A2AError,
+    A2AReconnectError,
     A2ATaskAuthRequiredError,
     A2ATaskFailedError,
     A2ATaskInputRequiredError,
@@ -132,8 +133,9 @@ class Client:
     ...         return await client.ask("hello")
 
     ``allow_insecure_credentials`` (off): credentials (an ``Authorization``, ``Proxy-Authorization``, ``Cookie`` or
-    ``X-API-Key`` header, an ``APIKeyAuth`` header or a card's API-key header, any header whose name holds token,
-    api-key, apikey, secret, password, auth, session or credential, a URL's userinfo) are refused with
+    ``X-API-Key`` header, an ``APIKeyAuth`` header or a card's API-key header, every header ``on_auth_required``
+    returns in ``Credentials``, any header whose name holds token, api-key, apikey, secret, password, auth, session
+    or credential, a URL's userinfo) are refused with
     ``A2AInsecureCredentialsError`` before they would go without TLS (``http://``, plaintext gRPC) to a host that is
     not loopback, on every binding and for the card request too. Loopback (``localhost``, ``127.0.0.1``, ``::1``)
     is never refused; set it for a plaintext agent on another host you accept to expose the credential to (a
@@ -206,6 +208,8 @@ class Client:
         # None unless the connection is exposed (plaintext, not loopback) and not allowed: then ``_headers`` checks
         # every request's headers (``_plaintext``).
         self._guard: CredentialGuard | None = None
+        # Lower-case names of the headers ``Credentials`` added (``ask()``): credentials whatever they are called.
+        self._given_credentials: set[str] = set()
         self._transport = transport
         if transport is not None:
             self._guard = self._credential_guard(transport)
@@ -270,14 +274,29 @@ class Client:
 
     def _credential_names(self, card: AgentCard | None) -> set[str]:
         """Header names that carry a credential besides the usual ones (``_plaintext``): every ``APIKeyAuth``'s,
-        the card's API-key ones."""
-        names: set[str] = set()
+        the card's API-key ones, and every header an ``on_auth_required`` handler gave in ``Credentials``."""
+        names: set[str] = set(self._given_credentials)
         names.update(i.header.lower() for i in self.interceptors if isinstance(i, APIKeyAuth))
         for scheme in card.security_schemes.values() if card is not None else ():
             api_key = scheme.api_key_security_scheme
             if api_key is not None and api_key.location.lower() == "header":
                 names.add(api_key.name.lower())
         return names
+
+    def _add_credentials(self, headers: Mapping[str, str]) -> None:
+        """Send ``headers`` (a handler's ``Credentials``) on every later request. Each of them is a credential by
+        definition, whatever its name (``X-Calendar-Key``, ``X-Jwt``, ``X-Signature``: names the word list of
+        ``_plaintext`` does not catch): the guard is rebuilt with their names and the headers are checked now, so on
+        an exposed connection ``A2AInsecureCredentialsError`` is raised before anything is sent, and the client's
+        headers stay as they were."""
+        names = {name.lower() for name in headers} - self._given_credentials
+        if names:
+            self._given_credentials |= names
+            if self._transport is not None:
+                self._guard = self._credential_guard(self._transport)
+        if self._guard is not None:
+            self._guard.check(headers)
+        self.headers.update(headers)
 
     def _credential_guard(self, transport: ClientTransport) -> CredentialGuard | None:
         url = getattr(transport, "url", None)
@@ -601,10 +620,10 @@ class Client:
     async def extended_card(self) -> AgentCard:
         """GetExtendedAgentCard; the client uses the extended card from then on (same interfaces).
 
-        With a ``card_verifier``, the card is verified first, on its JSON as received (over gRPC: the ProtoJSON of
-        the protobuf message received), as the public card is; a refusal raises ``A2AInvalidCardError`` and the
-        client keeps the card it had. (A card given as ``card=`` is the caller's; an extended card always comes from
-        the agent, so it is always checked.)
+        With a ``card_verifier``, the card is verified first, on its JSON as received (over gRPC: the protobuf
+        message received, as ProtoJSON in the spec's canonical form, REQUIRED fields kept even when empty), as the
+        public card is; a refusal raises ``A2AInvalidCardError`` and the client keeps the card it had. (A card
+        given as ``card=`` is the caller's; an extended card always comes from the agent, so it is always checked.)
         """
         request = GetExtendedAgentCardRequest()
         if self.card_verifier is None:
@@ -625,10 +644,12 @@ class Client:
         stop: subscribed to when the card says the agent streams, else polled with GetTask (backing off as
         ``resume`` says, up to its ``max_backoff``). INPUT_REQUIRED is answered by ``on_input_required(task)``;
         AUTH_REQUIRED is resolved by ``on_auth_required(task)``, which returns a reply, ``Credentials`` (headers
-        for every later request, and the follow-up that carries them), or ``None`` to wait while the credential
-        arrives out of band (the task is followed until it moves on by itself). Handlers may be sync or async,
-        each call bounded by ``input_timeout``, at most ``max_turns`` calls in all; FAILED, REJECTED and an
-        unresolved AUTH_REQUIRED / INPUT_REQUIRED raise the matching ``A2ATask…Error``.
+        for every later request, and the follow-up that carries them; refused in clear like any credential), or
+        ``None`` to wait while the credential arrives out of band (the task is followed until it moves on by
+        itself: subscribed to, or polled when the agent does not stream or closes the subscription while the task
+        waits). Handlers may be sync or async; ``input_timeout`` bounds each wait for a person (an async handler's
+        call, an out-of-band wait); at most ``max_turns`` handler calls in all. FAILED, REJECTED and an unresolved
+        AUTH_REQUIRED / INPUT_REQUIRED raise the matching ``A2ATask…Error``.
 
         >>> from relaykit.client import Client, Credentials
         >>> async def main(token: str):
@@ -657,9 +678,7 @@ class Client:
                 turns += 1
                 reply: AuthReply = await call_handler(self.on_auth_required, task, self.input_timeout)
                 if isinstance(reply, Credentials):
-                    # From now on, as if given as ``headers=``: every request's headers are checked by the plaintext
-                    # rule (``_headers``), so a credential for a host reached in clear is refused before it leaves.
-                    self.headers.update(reply.headers)
+                    self._add_credentials(reply.headers)
                     reply = reply.message
                 elif reply is not None and not isinstance(reply, Message | str):
                     # A bare mapping of headers is the likely mistake: say what to return, and send nothing.
@@ -669,11 +688,28 @@ class Client:
                     )
                 if reply is None:
                     # Out of band (digest §7.4): the agent resumes the task when the credential reaches it.
-                    result = await self._settle(task, waiting=task.status)
+                    result = await self._wait_out_of_band(task)
                     continue
                 result = await self.send(reply, task_id=task.id, context_id=task.context_id)
                 continue
             return _outcome_text(task)
+
+    async def _wait_out_of_band(self, task: Task) -> Task:
+        """``task`` (interrupted) at its next stop after the status it is in, which it is to leave by itself (a
+        credential given out of band), within ``input_timeout`` (``_interrupts``); past it, the task's
+        ``A2ATaskAuthRequiredError``."""
+        if self.input_timeout is None:
+            return await self._settle(task, waiting=task.status)
+        bound = asyncio.timeout(self.input_timeout)
+        try:
+            async with bound:
+                return await self._settle(task, waiting=task.status)
+        except TimeoutError:
+            if not bound.expired():
+                raise  # not this bound's: a timeout of its own from below
+            raise A2ATaskAuthRequiredError(
+                task, f"task {task.id} did not move on within input_timeout ({self.input_timeout:g} s)"
+            ) from None
 
     async def _settle(self, task: Task, *, waiting: TaskStatus | None = None) -> Task:
         """``task`` at its next stop (terminal or interrupted): a blocking SendMessage may answer before that (a
@@ -690,6 +726,13 @@ class Client:
                 if isinstance(exc, InvalidParamsError) and not getattr(self._transport, "v03", False):
                     raise
                 task = await self.get_task(task.id)
+            except A2AReconnectError:
+                # Waiting out of band may take minutes (a person signs in): a subscription that could not be kept
+                # (resubscriptions refused, or answered with the status waited out and closed) is no reason to give
+                # up on the task. Polling below follows it instead.
+                if waiting is None:
+                    raise
+                task = await self.get_task(task.id)
         polls = 0
         while task.status.state in ACTIVE or (waiting is not None and same_status(task.status, waiting)):
             # The count stops growing once the backoff has reached its cap (2**n of a long task's poll count would
@@ -701,7 +744,8 @@ class Client:
 
     async def _watch(self, task: Task, waiting: TaskStatus | None = None) -> Task:
         """Follow ``task`` by SubscribeToTask (resumed like any stream) until it is terminal or interrupted (in
-        another status than ``waiting``)."""
+        another status than ``waiting``), or until the server ends the subscription with the task still in
+        ``waiting`` (``resume_stream``: then the task as it is, and the caller polls)."""
         source = self._stream("SubscribeToTask", SubscribeToTaskRequest(id=task.id))
         events = resume_stream(self, source, stop_at_interrupt=True, task_id=task.id, known=waiting)
         try:

@@ -27,8 +27,10 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import grpc
+from google.api import field_behavior_pb2
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import DecodeError, Message
 from google.rpc import error_details_pb2, status_pb2
 from pydantic import ValidationError
 
@@ -52,7 +54,7 @@ from relaykit._v03 import _grpc as grpc03
 from relaykit.client._transport import A2A_VERSION, MAX_RESPONSE_BYTES, StreamEvent
 from relaykit.client._urls import redact_url, scrub
 
-__all__ = ["GrpcTransport", "channel_credentials", "grpc_error"]
+__all__ = ["GrpcTransport", "channel_credentials", "grpc_error", "spec_protojson"]
 
 _DETAILS_KEY = "grpc-status-details-bin"
 # grpc core's words when this side's receive limit stops a message ("CLIENT: ..."; the peer's limit says "SERVER: ").
@@ -270,17 +272,25 @@ class GrpcTransport:
         """``call``, with the response's ProtoJSON as well: what the client verifies a card's signature on.
 
         The signature is over the card's JSON (RFC 8785), and gRPC sends protobuf: the message received, rendered as
-        ProtoJSON (``json_format``: proto field names in camelCase, enums by name, unset fields left out), is the
-        card as this client can know it. That is sound: every member the client reads is a field of that message and
-        so in the payload checked, and a field its schema does not know is neither rendered nor read (a signature
-        that covered one fails to verify: a card refused, never one accepted that was not signed)."""
+        the spec's canonical form rebuilds a card (digest §7.5: ProtoJSON, proto field names in camelCase, enums by
+        name, fields at their default left out except the REQUIRED ones, kept even when empty: ``"tags": []``,
+        ``"description": ""``; ``spec_protojson``), is the card as this client can know it. That is sound: every
+        member the client reads is a field of that message and so in the payload checked, and a field its schema
+        does not know is neither rendered nor read (a signature that covered one fails to verify: a card refused,
+        never one accepted that was not signed).
+
+        Limitation: protobuf does not carry whether a field that is neither REQUIRED nor ``optional`` was present at
+        its default, so a signature over JSON that kept such a field (``"required": false`` in an extension,
+        ``"examples": []``), which the spec's form leaves out, cannot be rebuilt here: such a card verifies over
+        HTTP (its JSON as received) and is refused over gRPC (fail closed). A relaykit agent's own signatures verify
+        on both (the verifier also tries the decoded card's canonical form)."""
         response = await self._exchange(op, request, headers)
         if op.response is None:
             return None, None
         cls = grpc03.RPCS_BY_OP[op.name].response if self.v03 else proto_class(op.response)
         assert cls is not None
         try:
-            received = json_format.MessageToDict(cls.FromString(response))
+            received = spec_protojson(cls.FromString(response))
         except (DecodeError, json_format.Error) as exc:
             raise InvalidAgentResponseError(f"the agent's {op.name} response is malformed: {exc}") from None
         return self._decode(op, response), received
@@ -319,3 +329,77 @@ class GrpcTransport:
         finally:
             if not call.done():
                 call.cancel()
+
+
+def spec_protojson(message: Message) -> dict[str, Any]:
+    """``message`` as ProtoJSON in the form A2A signs a card in (digest §7.5): ``json_format.MessageToDict`` (unset
+    ``optional`` fields and other defaults left out, set ``optional`` ones kept), with every field marked
+    ``google.api.field_behavior = REQUIRED`` kept at its default when it holds one (``[]``, ``{}``, ``""``, ``false``,
+    ``0``, the zero enum), at every depth.
+
+    >>> from relaykit._grpc_gen import a2a_pb2 as pb
+    >>> spec_protojson(pb.AgentSkill(id="s", name="S"))
+    {'id': 's', 'name': 'S', 'description': '', 'tags': []}
+    """
+    rendered: dict[str, Any] = json_format.MessageToDict(message)
+    _keep_required(message, rendered)
+    return rendered
+
+
+def _keep_required(message: Message, rendered: dict[str, Any]) -> None:
+    for field, required in _fields(message.DESCRIPTOR):
+        name = field.json_name
+        sub = field.message_type
+        if sub is not None and sub.full_name.startswith("google.protobuf."):
+            continue  # a well-known type (Struct, Timestamp): its JSON is its own, with no empty form to keep
+        if name not in rendered:
+            if required:
+                rendered[name] = _default(field)
+                if sub is not None and not field.is_repeated:
+                    _keep_required(getattr(message, field.name), rendered[name])
+            continue
+        if sub is None:
+            continue
+        value = getattr(message, field.name)
+        if sub.GetOptions().map_entry:
+            if sub.fields_by_name["value"].message_type is not None:
+                for key, item in value.items():
+                    entry = rendered[name].get(str(key))
+                    if isinstance(entry, dict):
+                        _keep_required(item, entry)
+        elif field.is_repeated:
+            for item, entry in zip(value, rendered[name], strict=False):
+                _keep_required(item, entry)
+        else:
+            _keep_required(value, rendered[name])
+
+
+@functools.cache
+def _fields(descriptor: Descriptor) -> tuple[tuple[FieldDescriptor, bool], ...]:
+    """A message's fields, each with whether it is REQUIRED; a oneof's members never are (one of them is set)."""
+    out: list[tuple[FieldDescriptor, bool]] = []
+    for field in descriptor.fields:
+        behaviors = field.GetOptions().Extensions[field_behavior_pb2.field_behavior]
+        required = field_behavior_pb2.REQUIRED in behaviors and field.containing_oneof is None
+        out.append((field, required))
+    return tuple(out)
+
+
+def _default(field: FieldDescriptor) -> Any:
+    """A field's default as ProtoJSON renders a value (64-bit integers as strings, enums by name)."""
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        return {}
+    if field.is_repeated:
+        return []
+    if field.message_type is not None:
+        return {}
+    if field.enum_type is not None:
+        return field.enum_type.values_by_number[0].name
+    cpp = field.cpp_type
+    if cpp == FieldDescriptor.CPPTYPE_STRING:
+        return ""
+    if cpp == FieldDescriptor.CPPTYPE_BOOL:
+        return False
+    if cpp in (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64):
+        return "0"
+    return 0

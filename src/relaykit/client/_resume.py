@@ -44,7 +44,8 @@ async def resume_stream(
 ) -> AsyncIterator[Event]:
     """The events of ``source`` as one stream: resumed (``SubscribeToTask`` after the last event id) while the
     task is not final, de-duplicated by ``StreamView``; ``stop_at_interrupt`` ends it at INPUT/AUTH_REQUIRED too,
-    except at the interrupted status ``known`` (the one the caller waits for the task to leave)."""
+    except at the interrupted status ``known`` (the one the caller waits for the task to leave). A stream the server
+    ends while the task is still in ``known`` ends here too, without resuming: the caller polls."""
     # A subscription (task_id given) starts with a snapshot taken while the server already taps live events.
     view = StreamView(task_id, continuing=continuing, subscription=task_id is not None, known=known)
     attempts = 0
@@ -71,6 +72,11 @@ async def resume_stream(
                 # running" errors and connections held open. Close it now, in order.
                 await aclose_stream(source)
             if view.task_id is None or view.finished(stop_at_interrupt):
+                return
+            if known is not None and view.stale_interrupt:
+                # The server ended the subscription with the task still in the status the caller waits out (servers
+                # may close a subscription at an interrupted state; many 0.3 servers do): a resubscription would
+                # only replay it, attempt after attempt, and fail. The caller polls instead (``Client._settle``).
                 return
             # The stream closed before the task was final (proxy idle timeout, server restart): resume.
             failure: A2AError = A2AConnectionError("the stream ended before the task finished")

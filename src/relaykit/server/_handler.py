@@ -162,11 +162,11 @@ class RequestHandler:
         self.extended = bool(caps.extended_agent_card)
         self.supported_extensions = frozenset(ext.uri for ext in caps.extensions if ext.uri)
         self.required_extensions = frozenset(ext.uri for ext in caps.extensions if ext.required and ext.uri)
-        # The media types a message's parts may have, compiled once from the cards; None (nothing declared, or
-        # everything accepted) costs the sends nothing but this attribute's test. An extended card given by a
-        # provider function is not known until a call, so only a fixed one adds its modes.
-        cards = (card, extended_card) if isinstance(extended_card, AgentCard) else (card,)
-        self.input_modes: InputModes | None = InputModes.of(*cards)
+        # The media types a message's parts may have, compiled once from the cards; None (nothing declared on the
+        # public card, or everything accepted) costs the sends nothing but this attribute's test. An extended card
+        # given by a provider function is not known until a call, so only a fixed one adds its modes.
+        fixed = extended_card if isinstance(extended_card, AgentCard) else None
+        self.input_modes: InputModes | None = InputModes.of(card, fixed)
 
     # --- per-request checks ------------------------------------------------------------------------------
 

@@ -6,11 +6,20 @@ Rules:
 
 * Accepted: the card's ``defaultInputModes`` plus every skill's ``inputModes``, and the same of a static extended
   card. A message names no skill, so a type any skill takes is a type the agent takes.
-* Checked only when the agent declared its modes itself (``defaultInputModes`` given, or any skill's ``inputModes``).
-  ``AgentCard`` defaults ``defaultInputModes`` to ``["text/plain"]`` because the field is REQUIRED on the wire, and
-  ``build_card`` derives a card with that default for an agent that gives none: refusing by that default would start
-  refusing every image or PDF sent to existing agents that never thought about modes. So the default card stays what
-  it was on the wire (``text/plain``), and the check is on once the author says what the agent takes.
+* Checked only when the agent declared its modes itself on its public card (``defaultInputModes`` given, or any
+  skill's ``inputModes``). ``AgentCard`` defaults ``defaultInputModes`` to ``["text/plain"]`` because the field is
+  REQUIRED on the wire, and ``build_card`` derives a card with that default for an agent that gives none: refusing
+  by that default would start refusing every image or PDF sent to existing agents that never thought about modes.
+  So the default card stays what it was on the wire (``text/plain``), and the check is on once the author says
+  what the agent takes.
+* What counts as said: ``default_input_modes=[...]`` given in code, whatever its value; in a card read from JSON
+  (``AgentCard.from_json``, ``model_validate`` of wire data), any value but exactly ``["text/plain"]``. A card's
+  JSON always has the field, and a card copied from a served one says ``["text/plain"]`` whether or not its author
+  ever thought about modes, so ``AgentCard`` reads that exact value as the default (unset). A skill's
+  ``inputModes`` are always a declaration (they are optional on the wire and empty by default).
+* Only the public card turns the check on: an extended card (``--extended-card card.json``, ``extended_card=``)
+  adds its modes to a public card's declaration, for every caller (a message does not say which card its sender
+  read), but never starts the check by itself: what anonymous callers may send is what the public card announces.
 * No matcher at all (``InputModes.of`` answers ``None``, and the handler does nothing per request) when nothing is
   declared, when the declared lists are empty, or when any of them accepts everything (``*/*``, ``*``).
 * Only a part that carries a ``mediaType`` is checked (file, raw, url, data parts that name one): a text part without
@@ -46,8 +55,9 @@ def _bounded(value: str) -> str:
 
 
 def _declared(card: AgentCard) -> bool:
-    # ``model_fields_set``: the author gave ``defaultInputModes`` (in code or in the card's JSON), as opposed to the
-    # model's default; it survives ``model_copy``, which ``build_card`` and the card signer use.
+    # ``model_fields_set``: the author gave ``defaultInputModes`` (in code, or in JSON a value other than the default:
+    # see ``AgentCard._default_modes_read``), as opposed to the model's default; it survives ``model_copy``, which
+    # ``build_card`` and the card signer use.
     return "default_input_modes" in card.model_fields_set or any(skill.input_modes for skill in card.skills)
 
 
@@ -102,12 +112,14 @@ class InputModes:
         self._listed = ", ".join(names[:SHOWN_MODES]) + (f" and {more} more" if more > 0 else "")
 
     @classmethod
-    def of(cls, *cards: AgentCard) -> InputModes | None:
-        """The matcher for an agent serving ``cards`` (its public card, and its extended card when it has a fixed
-        one), or ``None`` when every part is accepted (see the module's rules)."""
-        if not any(_declared(card) for card in cards):
+    def of(cls, card: AgentCard, extended: AgentCard | None = None) -> InputModes | None:
+        """The matcher for an agent serving the public ``card`` (and ``extended``, its extended card when it has a
+        fixed one), or ``None`` when every part is accepted (see the module's rules: only the public card's
+        declaration turns the check on)."""
+        if not _declared(card):
             return None
-        modes = [mode for card in cards for mode in _modes(card)]
+        cards = (card,) if extended is None else (card, extended)
+        modes = [mode for each in cards for mode in _modes(each)]
         if any(mode.partition(";")[0].strip().lower() in _ANY for mode in modes):
             return None
         matcher = cls(modes)
