@@ -12,12 +12,16 @@ Every implementation (memory, SQLite, PostgreSQL; local bus, Redis) passes the s
 * A stored task that cannot be decoded (written by a release that accepted what this one refuses, or damaged) is
   ``InternalError`` "cannot be read" when read by id (``stored_task``), and left out of ``list`` pages
   (``_paging.listed_tasks``): one bad row never hides the owner's other tasks. Either is logged by task id only.
+  Every other read of many rows at once leaves such a row out and names it (``unreadable_rows``): the idempotency
+  window refilled on start, the owed push notifications (whose marker it clears); ``fail_orphans`` fails it without
+  its content (``failed_orphan``). One bad row never stops the server from starting, nor the others being read.
 """
 
 from __future__ import annotations
 
 import builtins
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -50,7 +54,9 @@ __all__ = [
     "failed_orphan",
     "failed_status",
     "from_epoch",
+    "readable_task",
     "stored_task",
+    "unreadable_rows",
 ]
 
 log = logging.getLogger("relaykit.store")
@@ -191,6 +197,38 @@ def stored_task(task_id: str, body: bytes | str) -> Task:
         raise InternalError(
             f"task {task_id} is stored in a form this server cannot read (written by another release, or damaged)"
         ) from None
+
+
+def readable_task(body: bytes | str) -> Task | None:
+    """The task a stored ``body`` holds, or None when it cannot be read (for the readers of many rows, which leave
+    such a row out and name it in ``unreadable_rows``).
+
+    >>> readable_task(b'{"id": "t-1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}').id
+    't-1'
+    >>> readable_task(b'{"id": "t-1", "contextId": "c", "stat') is None
+    True
+    """
+    try:
+        return Task.from_json(body)
+    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+        return None
+
+
+_NAMED = 50  # ids named per line: a badly damaged table must not make one log line grow without bound
+
+
+def unreadable_rows(what: str, task_ids: Sequence[str], then: str = "") -> None:
+    """Log, once per read, that ``what`` left out the stored tasks ``task_ids`` because their bodies cannot be read:
+    by task id (the first ``_NAMED`` of them), never content. ``then`` says what became of them. Nothing for none.
+
+    >>> unreadable_rows("ListTasks", [])
+    """
+    if not task_ids:
+        return
+    named = ", ".join(task_ids[:_NAMED])
+    if len(task_ids) > _NAMED:
+        named += f" and {len(task_ids) - _NAMED} more"
+    log.warning("%s left out %d stored task(s) it cannot read: %s%s", what, len(task_ids), named, then)
 
 
 def failed_status(reason: str) -> TaskStatus:

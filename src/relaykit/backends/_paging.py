@@ -11,7 +11,6 @@ of its page (``listed_tasks``, logged by id): the owner still lists the others, 
 from __future__ import annotations
 
 import base64
-import logging
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -19,11 +18,9 @@ from typing import Any
 import pydantic_core
 
 from relaykit._types import Task
-from relaykit.backends._base import PageTokenError
+from relaykit.backends._base import PageTokenError, unreadable_rows
 
 __all__ = ["decode_token", "dropped_fields", "encode_token", "listed_task", "listed_tasks", "sort_key", "timestamp_us"]
-
-log = logging.getLogger("relaykit.store")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The stores keep the status timestamp as a signed 64-bit integer (SQLite INTEGER, PostgreSQL BIGINT); a status
@@ -96,6 +93,5 @@ def listed_tasks(
             tasks.append(listed_task(body, history_length, include_artifacts))
         except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
             unreadable.append(task_id)
-    if unreadable:
-        log.warning("ListTasks left out %d stored task(s) it cannot read: %s", len(unreadable), ", ".join(unreadable))
+    unreadable_rows("ListTasks", unreadable)
     return tasks

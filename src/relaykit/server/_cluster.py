@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from relaykit._enums import TaskState
 from relaykit._errors import (
     A2AError,
+    InternalError,
     InvalidParamsError,
     ResourceExhaustedError,
     ServiceUnavailableError,
@@ -407,7 +408,13 @@ class Cluster(Front):
                 for orphan in await self.store.orphans(unstarted_after=self.unstarted_after, limit=100):
                     if orphan.task_id in self.engine.registry:
                         continue
-                    claim = await self._claim(orphan.task_id, orphan.tenant, orphan.owner, reuse=False)
+                    try:
+                        claim = await self._claim(orphan.task_id, orphan.tenant, orphan.owner, reuse=False)
+                    except InternalError:
+                        # Stored in a form this server cannot read (the store logged its id): one such task must not
+                        # hold up the others. Claimed by this worker now, it is no orphan while this worker lives,
+                        # so no later sweep reads it again.
+                        continue
                     if claim is not None:
                         await take_over(self, claim)
             except asyncio.CancelledError:

@@ -19,7 +19,9 @@ What it adds to the ``PushOutbox`` rules in ``_base`` (mirroring ``sqlite.SQLite
 * **Owed markers** (``relaykit.push._owed``): the commit that holds a task state's notifications clears the task's
   ``push_owed`` marker (``OutboxChanges.settled``) in its transaction, last (the task rows are locked the shortest
   time; a deadlock with a task write is retried like any other); ``owed(age)`` reads the markers older than ``age``
-  seconds by the database clock, for the sweep that takes over those a dead replica left.
+  seconds by the database clock, for the sweep that takes over those a dead replica left. A marked task whose body
+  cannot be read (``_base.readable_task``) is left out and its marker cleared, so one bad row never holds up the
+  others, sweep after sweep.
 * Text columns cannot hold NUL: entries whose stream key contains one are dropped (no such task or config can
   exist in the PostgreSQL store), and NULs in error texts and URLs are replaced, so one bad string can never
   make every later commit fail.
@@ -33,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from relaykit._types import Task
 from relaykit.backends._base import (
     DeliveryHealth,
     DeliveryOutcome,
@@ -42,6 +43,8 @@ from relaykit.backends._base import (
     StreamKey,
     TaskRecord,
     from_epoch,
+    readable_task,
+    unreadable_rows,
 )
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends.postgres._db import CONNECT_TIMEOUT, Database, columns, has_nul, shared_database
@@ -198,7 +201,7 @@ class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
         )
         # On the partial index of the marked rows.
         self._sql_owed = (
-            f"SELECT tenant, owner, body, version, event_seq, push_owed FROM {t} WHERE push_owed IS NOT NULL "
+            f"SELECT id, tenant, owner, body, version, event_seq, push_owed FROM {t} WHERE push_owed IS NOT NULL "
             "AND push_owed_at <= now() - make_interval(secs => $1) ORDER BY push_owed_at LIMIT $2"
         )
         # One statement, one snapshot: the pending / dead counts next to the health row of every config.
@@ -355,17 +358,36 @@ class PostgresPushOutbox(StreamLeases, AttachedStore[Database]):
 
     async def owed(self, age: float = 0.0, limit: int = 1000) -> list[TaskRecord]:
         """The tasks, as stored, whose latest state's push notification is owed (``TaskRecord.push_owed`` set) for at
-        least ``age`` seconds (the database clock), oldest first, at most ``limit``."""
+        least ``age`` seconds (the database clock), oldest first, at most ``limit``. A task whose body cannot be read
+        is left out (logged by id) and its marker cleared: no snapshot of it can be made, and it must not come back
+        in every later sweep."""
 
         async def job(conn: Any) -> list[Any]:
             return list(await conn.fetch(self._sql_owed, float(age), limit))
 
         out = []
-        for tenant, owner, body, version, event_seq, owed in await self._db.run(job):
+        unreadable: list[tuple[str, str, str, int]] = []
+        for task_id, tenant, owner, body, version, event_seq, owed in await self._db.run(job):
             body = bytes(body)
-            record = TaskRecord(Task.from_json(body), str(tenant), str(owner), int(version), int(event_seq), body)
+            task = readable_task(body)
+            if task is None:
+                unreadable.append((str(task_id), str(tenant), str(owner), int(owed)))
+                continue
+            record = TaskRecord(task, str(tenant), str(owner), int(version), int(event_seq), body)
             record.push_owed = int(owed)
             out.append(record)
+        if unreadable:
+            unreadable.sort()  # rows locked in key order, as every commit does
+            cleared = columns(unreadable, 4)
+
+            async def clear(conn: Any) -> None:
+                # As a commit settles a marker: only while it still names that state (a newer one stays owed).
+                await conn.execute(self._sql_settle, *cleared)
+
+            await self._db.run(clear)
+            unreadable_rows(
+                "owed push notifications", [key[0] for key in unreadable], "; their owed markers are cleared"
+            )
         return out
 
     async def still_pending(self, stream: StreamKey) -> set[str]:

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
+import pydantic_core
 
 from relaykit._enums import TaskState
 from relaykit.backends._base import (
@@ -27,6 +28,7 @@ from relaykit.backends._base import (
     TaskRecord,
     failed_orphan,
     stored_task,
+    unreadable_rows,
 )
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends._paging import (
@@ -87,6 +89,23 @@ _SET = "context_id = u.context_id, state = u.state, status_ts = u.status_ts, ver
 
 
 log = logging.getLogger("relaykit.store")
+
+# What a statement that reads stored bodies as JSON raises for one PostgreSQL cannot read: damaged or not UTF-8
+# (DataError), a text holding \u0000, which its JSON functions refuse though the task is valid (DataError too), or
+# nested past its stack (ProgramLimitExceededError). The readers of many rows then read again without that one.
+_NOT_JSON = (asyncpg.DataError, asyncpg.ProgramLimitExceededError)
+_SLICE = 500  # tasks per statement when ``first_messages`` reads the window again a slice at a time
+
+
+def _first_message_id(body: bytes) -> str | None:
+    """The ``messageId`` of the first message of the stored task ``body``, read here (for a body the database's JSON
+    functions refuse); ValueError when the body is no JSON this process reads either."""
+    data = pydantic_core.from_json(body)
+    history = data.get("history") if isinstance(data, dict) else None
+    first = history[0] if isinstance(history, list) and history else None
+    message_id = first.get("messageId") if isinstance(first, dict) else None
+    return message_id if isinstance(message_id, str) else None
+
 
 ANALYZE_FIRST = 1000
 """Tasks a store creates before it refreshes the tasks table's statistics the first time (``_grown``)."""
@@ -456,10 +475,11 @@ class PostgresTaskStore(AttachedStore[Database]):
 
         try:
             rows = await self._db.run(job)
-        except asyncpg.DataError:
-            # A stored body PostgreSQL cannot read as JSON (damaged, not UTF-8) fails the statement that trims the
-            # bodies in the database: the same page again with the bodies whole, trimmed here, where the unreadable
-            # one is left out (``listed_tasks``). Rare, so the usual listing pays nothing for it.
+        except _NOT_JSON:
+            # A stored body PostgreSQL cannot read as JSON (damaged, not UTF-8, \u0000 in a text, nested past its
+            # stack) fails the statement that trims the bodies in the database: the same page again with the bodies
+            # whole, trimmed here, where an unreadable one is left out (``listed_tasks``). Rare, so the usual listing
+            # pays nothing for it.
             if not dropped_fields(query.history_length, query.include_artifacts):
                 raise
             sql, params = self.list_statement(query, after, trimmed=False)
@@ -537,22 +557,66 @@ class PostgresTaskStore(AttachedStore[Database]):
     async def first_messages(self, since: datetime, limit: int) -> builtins.list[tuple[str, str, str, str, str, int]]:
         """``(tenant, owner, messageId, task id, context id, status time in µs)`` of the message that started each
         task whose status changed since ``since`` (at most ``limit``, the most recent): refills the idempotency window
-        on start."""
+        on start. A task whose body cannot be read is left out (logged by id)."""
         # Newest first: when more than ``limit`` tasks changed within the window, the most recent are the ones a
         # retry names.
+        rows_sql = (
+            f"FROM {self._table} WHERE state = ANY($1::text[]) AND status_ts >= $2 ORDER BY status_ts DESC, id DESC "
+            "LIMIT $3"
+        )
         sql = (
             "SELECT tenant, owner, convert_from(body, 'UTF8')::jsonb #>> '{history,0,messageId}', id, context_id, "
-            f"status_ts FROM {self._table} WHERE state = ANY($1::text[]) AND status_ts >= $2 "
-            "ORDER BY status_ts DESC, id DESC LIMIT $3"
+            f"status_ts {rows_sql}"
         )
-        states = [state.value for state in TaskState]
+        params = ([state.value for state in TaskState], timestamp_us(since), limit)
         await self._untold.settle_all()
 
         async def job(conn: Any) -> builtins.list[Any]:
-            return list(await conn.fetch(sql, states, timestamp_us(since), limit))
+            return list(await conn.fetch(sql, *params))
 
-        rows = await self._db.run(job)
+        try:
+            rows = await self._db.run(job)
+        except _NOT_JSON:
+            # One body PostgreSQL cannot read as JSON fails the statement: it must not stop the server from starting.
+            # Rare, so the usual start pays nothing for it.
+            rows = await self._first_messages_apart(
+                f"SELECT tenant, owner, id, context_id, status_ts {rows_sql}", params
+            )
         return [(r[0], r[1], r[2], r[3], r[4], int(r[5])) for r in rows if r[2]]
+
+    async def _first_messages_apart(self, keys_sql: str, params: tuple[object, ...]) -> builtins.list[tuple[Any, ...]]:
+        """``first_messages``' rows when its one statement failed on a body: the window's tasks without their bodies
+        (``keys_sql``), then their first messages a slice at a time, by the database; a slice that fails too has its
+        bodies read here (the lean copy when there is one: it holds the history). Only a body this process cannot
+        read either is left out. A cost in statements of the window over ``_SLICE``, plus a read per bad slice."""
+
+        async def fetch(sql: str, *args: object) -> builtins.list[Any]:
+            async def job(conn: Any) -> builtins.list[Any]:
+                return list(await conn.fetch(sql, *args))
+
+            return await self._db.run(job)
+
+        t = self._table
+        firsts_sql = (
+            f"SELECT id, convert_from(body, 'UTF8')::jsonb #>> '{{history,0,messageId}}' FROM {t} "
+            "WHERE id = ANY($1::text[])"
+        )
+        bodies_sql = f"SELECT id, COALESCE(lean, body) FROM {t} WHERE id = ANY($1::text[])"
+        keys = await fetch(keys_sql, *params)
+        found: dict[str, str | None] = {}
+        unreadable: builtins.list[str] = []
+        for start in range(0, len(keys), _SLICE):
+            ids = [str(key[2]) for key in keys[start : start + _SLICE]]
+            try:
+                found.update((str(row[0]), row[1]) for row in await fetch(firsts_sql, ids))
+            except _NOT_JSON:
+                for task_id, body in await fetch(bodies_sql, ids):
+                    try:
+                        found[str(task_id)] = _first_message_id(bytes(body))
+                    except ValueError:  # pydantic_core's JSON errors are ValueErrors
+                        unreadable.append(str(task_id))
+        unreadable_rows("the idempotency window", unreadable)
+        return [(key[0], key[1], found.get(str(key[2])), key[2], key[3], key[4]) for key in keys]
 
     async def fail_orphans(self, reason: str, *, failed: builtins.list[TaskRecord] | None = None) -> int:
         # Every active task of the namespace: right while the guard is held exclusively (no other process can be

@@ -6,6 +6,8 @@ their notifications, in its transaction, and read back by ``owed``: all of them 
 serves the file: every marker then is a dead process's), those older than the sweep's age while it runs (a hook that
 failed left them; a younger one may be about to be committed), by the time written with the marker
 (``push_owed_at``). Both read the partial index of the marked rows alone: nothing to do costs one empty index probe.
+A marked task whose body cannot be read (``_base.readable_task``) is left out and its marker cleared, so one bad row
+never holds up the others, sweep after sweep.
 """
 
 from __future__ import annotations
@@ -14,8 +16,16 @@ import os
 import sqlite3
 import time
 
-from relaykit._types import Task
-from relaykit.backends._base import DeliveryHealth, OutboxChanges, OutboxEntry, StreamKey, TaskRecord, from_epoch
+from relaykit.backends._base import (
+    DeliveryHealth,
+    OutboxChanges,
+    OutboxEntry,
+    StreamKey,
+    TaskRecord,
+    from_epoch,
+    readable_task,
+    unreadable_rows,
+)
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends.sqlite._db import Database, transaction
 from relaykit.backends.sqlite._tasks import SQLiteTaskStore
@@ -93,7 +103,7 @@ class SQLitePushOutbox(AttachedStore[Database]):
         )
         # On the partial index of the marked rows: on start, every marker (one process serves the file, so each is a
         # dead process's); in the sweep, those whose state is older than its age (the rest may be in flight).
-        owed = f"SELECT tenant, owner, body, version, event_seq, push_owed FROM {t} WHERE push_owed IS NOT NULL"
+        owed = f"SELECT id, tenant, owner, body, version, event_seq, push_owed FROM {t} WHERE push_owed IS NOT NULL"
         self._sql_owed = f"{owed} ORDER BY push_owed LIMIT ?"
         # (A marker without its time was written before schema 5: old, by definition.)
         self._sql_owed_before = f"{owed} AND IFNULL(push_owed_at, 0) <= ? ORDER BY push_owed_at LIMIT ?"
@@ -159,7 +169,8 @@ class SQLitePushOutbox(AttachedStore[Database]):
     async def owed(self, age: float = 0.0, limit: int = 1000) -> list[TaskRecord]:
         """The tasks, as stored, whose latest state's push notification is owed (``TaskRecord.push_owed`` set), at
         most ``limit``: every one with ``age`` 0 (on start), else those whose marker was written at least ``age``
-        seconds ago, oldest first."""
+        seconds ago, oldest first. A task whose body cannot be read is left out (logged by id) and its marker
+        cleared: no snapshot of it can be made, and it must not come back in every later read."""
         params: tuple[float, ...]
         if age > 0:
             sql, params = self._sql_owed_before, (time.time() - age, limit)
@@ -168,10 +179,22 @@ class SQLitePushOutbox(AttachedStore[Database]):
 
         def job(conn: sqlite3.Connection) -> list[TaskRecord]:
             out = []
-            for tenant, owner, body, version, event_seq, owed in conn.execute(sql, params):
-                record = TaskRecord(Task.from_json(body), str(tenant), str(owner), int(version), int(event_seq), body)
+            unreadable: list[tuple[str, str, str, int]] = []
+            for task_id, tenant, owner, body, version, event_seq, owed in conn.execute(sql, params).fetchall():
+                task = readable_task(body)
+                if task is None:
+                    unreadable.append((str(task_id), str(tenant), str(owner), int(owed)))
+                    continue
+                record = TaskRecord(task, str(tenant), str(owner), int(version), int(event_seq), body)
                 record.push_owed = int(owed)
                 out.append(record)
+            if unreadable:
+                # As a commit settles a marker: only while it still names that state (a newer one stays owed).
+                with transaction(conn):
+                    conn.executemany(self._sql_settle, unreadable)
+                unreadable_rows(
+                    "owed push notifications", [key[0] for key in unreadable], "; their owed markers are cleared"
+                )
             return out
 
         return await self._db.run(job)

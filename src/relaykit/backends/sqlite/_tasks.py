@@ -12,7 +12,15 @@ import time
 from datetime import datetime
 
 from relaykit._enums import TaskState
-from relaykit.backends._base import ConflictError, ListPage, TaskQuery, TaskRecord, failed_orphan, stored_task
+from relaykit.backends._base import (
+    ConflictError,
+    ListPage,
+    TaskQuery,
+    TaskRecord,
+    failed_orphan,
+    stored_task,
+    unreadable_rows,
+)
 from relaykit.backends._handle import AttachedStore
 from relaykit.backends._paging import (
     decode_token,
@@ -220,18 +228,35 @@ class SQLiteTaskStore(AttachedStore[Database]):
     async def first_messages(self, since: datetime, limit: int) -> builtins.list[tuple[str, str, str, str, str, int]]:
         """``(tenant, owner, messageId, task id, context id, status time in µs)`` of the message that started each
         task whose status changed since ``since`` (at most ``limit``, the most recent): refills the idempotency window
-        on start."""
+        on start. A task whose body SQLite cannot read as JSON is left out (logged by id)."""
         states = tuple(state.value for state in TaskState)
         # ``state IN (every state)``: the (state, status_ts) index serves the range, no scan of every body. Newest
         # first: when more than ``limit`` tasks changed within the window, the most recent are the ones a retry names.
-        sql = (
-            f"SELECT tenant, owner, json_extract(CAST(body AS TEXT), '$.history[0].messageId'), id, context_id, "
-            f"status_ts FROM {self._table} WHERE state IN ({', '.join('?' * len(states))}) AND status_ts >= ? "
+        rows_sql = (
+            f"FROM {self._table} WHERE state IN ({', '.join('?' * len(states))}) AND status_ts >= ? "
             "ORDER BY status_ts DESC, id DESC LIMIT ?"
         )
+        first = "json_extract(CAST(body AS TEXT), '$.history[0].messageId')"
+        sql = f"SELECT tenant, owner, {first}, id, context_id, status_ts {rows_sql}"
+        # The same rows, each body checked before it is read (its last column says whether it could be).
+        readable = "json_valid(CAST(body AS TEXT))"
+        checked_sql = (
+            f"SELECT tenant, owner, CASE WHEN {readable} THEN {first} END, id, context_id, status_ts, {readable} "
+            f"{rows_sql}"
+        )
+        params = (*states, timestamp_us(since), limit)
 
         def job(conn: sqlite3.Connection) -> builtins.list[tuple[str, str, str, str, str, int]]:
-            rows = conn.execute(sql, (*states, timestamp_us(since), limit)).fetchall()
+            try:
+                rows = conn.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                # A body SQLite cannot read as JSON (damaged, or nested past its limit) fails the statement: one bad
+                # row must not stop the server from starting, so the window is read again with every body checked,
+                # and that one left out. Rare, so the usual start pays nothing for it.
+                if "JSON" not in str(exc):
+                    raise
+                rows = conn.execute(checked_sql, params).fetchall()
+                unreadable_rows("the idempotency window", [str(r[3]) for r in rows if not r[6]])
             return [(r[0], r[1], r[2], r[3], r[4], int(r[5])) for r in rows if r[2]]
 
         return await self._db.run(job)
