@@ -328,6 +328,21 @@ class _HTTPTransport:
             return request.model_copy(update={"tenant": self.tenant})
         return request
 
+    async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
+        return self._result(op, await self._exchange(op, request, headers))
+
+    async def call_received(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> tuple[Any, Any]:
+        """``call``, with the JSON answer as received as well (JSON-RPC's ``result``, REST's body; before any 0.3
+        reading): what a card verifier checks."""
+        received = await self._exchange(op, request, headers)
+        return self._result(op, received), received
+
+    def _result(self, op: Operation, received: Any) -> Any:
+        raise NotImplementedError  # per binding
+
+    async def _exchange(self, op: Operation, request: A2AModel, headers: Mapping[str, str]) -> Any:
+        raise NotImplementedError  # per binding
+
 
 class JSONRPCTransport(_HTTPTransport):
     """JSON-RPC 2.0 over HTTP (``POST`` to the interface URL); streams as SSE."""
@@ -341,14 +356,6 @@ class JSONRPCTransport(_HTTPTransport):
         else:
             method, params = op.name, self._with_tenant(request).to_json()
         return b'{"jsonrpc":"2.0","id":"%b","method":"%b","params":%b}' % (new_id().encode(), method.encode(), params)
-
-    async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
-        return self._result(op, await self._exchange(op, request, headers))
-
-    async def call_received(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> tuple[Any, Any]:
-        """``call``, with the JSON ``result`` as received as well (before any 0.3 reading)."""
-        received = await self._exchange(op, request, headers)
-        return self._result(op, received), received
 
     def _result(self, op: Operation, received: Any) -> Any:
         if self.v03:
@@ -464,14 +471,6 @@ class RESTTransport(_HTTPTransport):
             return route.method, url, pydantic_core.to_json(data), {}
         params = {k: _query_value(v) for k, v in data.items()}
         return route.method, url, None, params
-
-    async def call(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> Any:
-        return self._result(op, await self._exchange(op, request, headers))
-
-    async def call_received(self, op: Operation, request: A2AModel, *, headers: Mapping[str, str]) -> tuple[Any, Any]:
-        """``call``, with the JSON body as received as well (before any 0.3 reading)."""
-        received = await self._exchange(op, request, headers)
-        return self._result(op, received), received
 
     def _result(self, op: Operation, received: Any) -> Any:
         if self.v03:
