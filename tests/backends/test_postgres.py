@@ -971,3 +971,23 @@ async def test_an_untold_task_carried_by_a_plain_save_stays_claimed(postgres_url
         row = await stored_row(conn, pg_namespace, "saved")
         assert (row["state"], row["version"], row["worker"]) == ("TASK_STATE_WORKING", 2, "w1")
         assert record.version == 2
+
+
+async def test_a_big_task_whose_text_holds_a_nul_escape_is_stored_read_and_listed(
+    postgres_url: str, pg_namespace: str
+) -> None:
+    """A text may hold U+0000 (ids may not), which ProtoJSON writes as the escape \\u0000. PostgreSQL's JSON
+    functions refuse that escape, and they make the lean copy of a task over 64 KiB: every write of such a task
+    failed ("unsupported Unicode escape sequence"). It is stored without a lean copy now, and reads back whole."""
+    text = "a\x00b" + "x" * 70_000
+    async with opened(postgres_url, pg_namespace) as store:
+        task = make_task("t-nul", text=text)
+        await store.save(TaskRecord(task))
+        stored = await store.get("t-nul")
+        assert stored is not None
+        assert stored.task.metadata == {"text": text}
+        stored.task.status = TaskStatus(state=TaskState.COMPLETED, timestamp=BASE + timedelta(seconds=5))
+        await store.save(stored)
+        page = await store.list(TaskQuery())
+        assert [t.id for t in page.tasks] == ["t-nul"]
+        assert page.tasks[0].status.state is TaskState.COMPLETED

@@ -63,12 +63,21 @@ def _without(body: str, fields: tuple[str, ...]) -> str:
     )
 
 
+_NUL_ESCAPE = "'\\x5c7530303030'::bytea"  # the six bytes \u0000
+
+
 def lean(body: str) -> str:
     """SQL: the ``lean`` column for the body ``body`` is written with (NULL for a small body). The database pays
     the JSON parse once per write of a big task (checkpoints are bounded, ``server._recorder``), instead of at
     every ListTasks."""
     typed = f"{body}::bytea"  # a parameter's type is not inferred from the column it is also written to
-    return f"CASE WHEN octet_length({typed}) > {LEAN} THEN convert_to({_without(typed, ('artifacts',))}, 'UTF8') END"
+    # PostgreSQL's JSON functions refuse a \u0000 escape (a text any client may send: "unsupported Unicode escape
+    # sequence"), and the write with them: a body that holds one gets no lean copy (its readers take the whole body,
+    # and ListTasks' fallback reads it in Python). The test is a byte search, far cheaper than the parse it spares.
+    return (
+        f"CASE WHEN octet_length({typed}) > {LEAN} AND position({_NUL_ESCAPE} in {typed}) = 0 "
+        f"THEN convert_to({_without(typed, ('artifacts',))}, 'UTF8') END"
+    )
 
 
 # The parameters of every task write ($1-$9, ``PostgresTaskStore._row``), then each kind's own, as (name, type).
