@@ -188,10 +188,7 @@ class Recorder:
                     active.artifact_bytes = _stored_artifact_bytes(task)
                 active.artifact_bytes += size
                 if self.max_artifact_bytes and active.artifact_bytes > self.max_artifact_bytes:
-                    raise ArtifactTooLargeError(
-                        f"The agent's artifacts exceeded the server's limit of {self.max_artifact_bytes} bytes.",
-                        task_id=active.task_id,
-                    )
+                    raise self._too_large(active)
                 apply(task, event)
                 active.chunks_since_flush += 1
                 active.chunk_bytes_since_flush += size
@@ -249,10 +246,14 @@ class Recorder:
         """A Task the agent published carries artifacts: they replace the task's, and count as its artifact bytes."""
         active.artifact_bytes = _stored_artifact_bytes(task)
         if self.max_artifact_bytes and active.artifact_bytes > self.max_artifact_bytes:
-            raise ArtifactTooLargeError(
-                f"The agent's artifacts exceeded the server's limit of {self.max_artifact_bytes} bytes.",
-                task_id=active.task_id,
-            )
+            raise self._too_large(active)
+
+    def _too_large(self, active: ActiveTask) -> ArtifactTooLargeError:
+        """The task's artifacts passed ``max_artifact_bytes`` (chunk by chunk, or in a whole Task published)."""
+        return ArtifactTooLargeError(
+            f"The agent's artifacts exceeded the server's limit of {self.max_artifact_bytes} bytes.",
+            task_id=active.task_id,
+        )
 
     async def _create(self, active: ActiveTask, pending: PendingRequest, event: Event | None) -> None:
         message = pending.message
